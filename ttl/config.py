@@ -1,0 +1,134 @@
+"""One typed configuration object, loaded from a TOML file in ``conf/``.
+
+Validation is pydantic's (unknown keys and wrong types are errors); a failure becomes a
+``ConfigError`` naming the file and the dotted setting, e.g. ``store.ttl``. Secrets never live
+in the file: settings ending in ``_env`` name an environment variable instead.
+
+Durations are written as ``"250ms"``, ``"30s"``, ``"5m"``, ``"2h"``, ``"7d"`` or a plain
+integer of milliseconds.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+from ttl.errors import ConfigError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CONF_DIR = REPO_ROOT / "conf"
+INT64_MAX = 2**63 - 1
+
+_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
+
+
+def parse_duration_ms(raw: Any) -> int:
+    """Parse ``"30s"``-style durations (or integer ms) to milliseconds."""
+    if isinstance(raw, bool):
+        raise ValueError("a duration must be a number of ms or a string like '30s'")
+    if isinstance(raw, int):
+        return raw
+    if isinstance(raw, str):
+        match = _DURATION.match(raw)
+        if match:
+            return int(match.group(1)) * _UNITS_MS[match.group(2)]
+    raise ValueError(f"{raw!r} is not a duration (use e.g. '500ms', '30s', '5m', '2h', '7d')")
+
+
+DurationMs = Annotated[int, BeforeValidator(parse_duration_ms), Field(gt=0)]
+NonNegDurationMs = Annotated[int, BeforeValidator(parse_duration_ms), Field(ge=0)]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StoreConfig(_Section):
+    """The store: its Delta table and the write semantics of BRIEF §3."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    path: str
+    ttl: DurationMs | None = None
+    late_records: Literal["update", "drop"] = "update"
+    missing_timestamp: Literal["reject", "ingest_time"] = "reject"
+    max_future: DurationMs = 86_400_000
+    max_value_bytes: int = Field(default=1_048_576, gt=0)
+    max_headers_bytes: int = Field(default=65_536, gt=0)
+    dead_letter_path: str | None = None
+
+    @property
+    def dead_letters(self) -> str:
+        return self.dead_letter_path or self.path.rstrip("/") + "_dead_letters"
+
+
+class KafkaConfig(_Section):
+    """Kafka: ``bootstrap_servers = "embedded"`` starts the local broker (BRIEF §8)."""
+
+    bootstrap_servers: str = "embedded"
+    input_topic: str
+    changelog_topic: str
+    input_partitions: int = Field(default=2, gt=0)
+    changelog_partitions: int = Field(default=2, gt=0)
+    replication_factor: int = Field(default=1, gt=0)
+    security_protocol_env: str | None = None
+    sasl_username_env: str | None = None
+    sasl_password_env: str | None = None
+
+
+class EvictionConfig(_Section):
+    clock: Literal["wall", "stream", "both"] = "wall"
+    interval: DurationMs = 10_000
+    stream_interval: DurationMs = 1_000
+
+
+class StreamConfig(_Section):
+    checkpoint: str
+    trigger: DurationMs = 2_000
+    max_offsets_per_trigger: int = Field(default=100_000, gt=0)
+
+
+class SparkConfig(_Section):
+    master: str = "local[*]"
+    app_name: str = "ttl"
+    settings: dict[str, str] = Field(default_factory=dict)
+
+
+class Config(_Section):
+    store: StoreConfig
+    kafka: KafkaConfig
+    eviction: EvictionConfig = EvictionConfig()
+    stream: StreamConfig
+    spark: SparkConfig = SparkConfig()
+    source: str = "<memory>"
+
+
+def load(path: str | Path) -> Config:
+    """Load and validate a TOML profile; errors name the file and the setting."""
+    file = Path(path)
+    try:
+        with file.open("rb") as fh:
+            raw = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"configuration file {file} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{file}: not valid TOML: {exc}") from None
+    return from_dict(raw, source=str(file))
+
+
+def from_dict(raw: dict[str, Any], source: str = "<memory>") -> Config:
+    try:
+        return Config.model_validate({**raw, "source": source})
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigError(f"{source}: invalid setting {problems}") from None
