@@ -12,7 +12,10 @@ class TtlError(Exception):
 
 
 class SetupError(TtlError):
-    """The machine lacks something the engine needs (jars, Java, Maven). Operator action: run setup."""
+    """The machine lacks something the engine needs (jars, Java, Maven).
+
+    Operator action: run `make setup` (or `ttl setup`).
+    """
 
 
 class ConfigError(TtlError):

@@ -16,6 +16,7 @@ second run finds the marker and downloads nothing.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -128,12 +129,10 @@ def _pyspark_jar_names() -> set[str]:
 
 
 def _artifact_name(filename: str) -> str:
+    """``kafka-clients-3.9.1.jar`` -> ``kafka-clients`` (the version starts at ``-N.N``)."""
     stem = filename.removesuffix(".jar")
-    parts = stem.split("-")
-    for i, part in enumerate(parts):
-        if part[:1].isdigit() and i > 0:
-            return "-".join(parts[:i])
-    return stem
+    match = re.match(r"^(.*?)-\d+(\.\d+)+", stem)
+    return match.group(1) if match else stem
 
 
 def jars(bundle: str, versions: Versions | None = None) -> list[Path]:
@@ -169,7 +168,8 @@ def resolve(bundle: str, versions: Versions | None = None) -> tuple[list[Path], 
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise SetupError(f"Maven could not resolve {coords}:\n{proc.stdout[-3000:]}{proc.stderr[-2000:]}")
+        output = proc.stdout[-3000:] + proc.stderr[-2000:]
+        raise SetupError(f"Maven could not resolve {coords}:\n{output}")
     lib = staging / "lib"
     skip = _pyspark_jar_names() if bundle == "spark" else set()
     kept = sorted(p.name for p in lib.glob("*.jar") if _artifact_name(p.name) not in skip)

@@ -146,7 +146,8 @@ class LocalKafka:
         admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
         while time.monotonic() < deadline:
             if self.process is not None and self.process.poll() is not None:
-                raise BrokerError(f"Kafka exited with {self.process.returncode}; see {self.log_file}")
+                code = self.process.returncode
+                raise BrokerError(f"Kafka exited with {code}; see {self.log_file}")
             try:
                 metadata = admin.list_topics(timeout=2)
                 if metadata.brokers:

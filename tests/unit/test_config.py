@@ -1,0 +1,65 @@
+"""Configuration: bad settings fail at load time, naming the file and the setting."""
+
+from __future__ import annotations
+
+import pytest
+
+from ttl import config
+from ttl.config import CONF_DIR, parse_duration_ms
+from ttl.errors import ConfigError
+
+MINIMAL = {
+    "store": {"name": "s", "path": "data/s"},
+    "kafka": {"input_topic": "in", "changelog_topic": "cl"},
+    "stream": {"checkpoint": "data/ckpt"},
+}
+
+
+def test_local_profile_loads():
+    conf = config.load(CONF_DIR / "local.toml")
+    assert conf.kafka.bootstrap_servers == "embedded"
+    assert conf.store.ttl is not None and conf.store.ttl > 0
+
+
+@pytest.mark.parametrize(
+    ("raw", "ms"), [("250ms", 250), ("30s", 30_000), ("5m", 300_000), ("2h", 7_200_000),
+                    ("7d", 604_800_000), (1500, 1500)],
+)
+def test_durations_parse_to_milliseconds(raw, ms):
+    assert parse_duration_ms(raw) == ms
+
+
+def test_unknown_key_is_named():
+    raw = {**MINIMAL, "store": {**MINIMAL["store"], "tll": "1h"}}
+    with pytest.raises(ConfigError, match=r"store\.tll"):
+        config.from_dict(raw, source="x.toml")
+
+
+def test_wrong_type_is_named_with_file():
+    raw = {**MINIMAL, "store": {**MINIMAL["store"], "ttl": "soon"}}
+    with pytest.raises(ConfigError, match=r"x\.toml.*store\.ttl"):
+        config.from_dict(raw, source="x.toml")
+
+
+def test_bad_enum_is_named():
+    raw = {**MINIMAL, "eviction": {"clock": "sundial"}}
+    with pytest.raises(ConfigError, match=r"eviction\.clock"):
+        config.from_dict(raw)
+
+
+def test_missing_section_is_named():
+    raw = {k: v for k, v in MINIMAL.items() if k != "kafka"}
+    with pytest.raises(ConfigError, match=r"kafka"):
+        config.from_dict(raw)
+
+
+def test_missing_file_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        config.load(tmp_path / "nope.toml")
+
+
+def test_invalid_toml_names_the_file(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[store\nname=1")
+    with pytest.raises(ConfigError, match="bad.toml"):
+        config.load(bad)
