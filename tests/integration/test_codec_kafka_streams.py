@@ -99,6 +99,11 @@ def _random_vth_cases(count: int, seed: int) -> list[tuple[bytes, int, list[Head
 
 
 VALUE_TIMESTAMP_HEADERS += _random_vth_cases(20, seed=20056)
+VTH_IDS = [
+    f"{i}-{'null' if v is None else len(v)}B-ts{ts}-{len(h)}headers"
+    for i, (v, ts, h) in enumerate(VALUE_TIMESTAMP_HEADERS)
+]
+TS_IDS = [f"{'null' if v is None else len(v)}B-ts{ts}" for v, ts in TIMESTAMPED]
 
 CONVERSIONS: list[bytes] = [b"", b"v", bytes(range(40))]
 
@@ -206,7 +211,7 @@ def streams_bytes(tmp_path_factory: pytest.TempPathFactory, kafka_classpath: str
 
 
 @pytest.fixture(scope="module")
-def kafka(streams_bytes: Path, kafka_classpath: str) -> Callable[[Request], Answer]:
+def ask_kafka(streams_bytes: Path, kafka_classpath: str) -> Callable[[Request], Answer]:
     """Kafka's answer to each request, all computed in one JVM run."""
     java = _require_tool("java")
     requests = list(dict.fromkeys(_all_requests()))
@@ -240,93 +245,93 @@ def _ok_bytes(answer: Answer) -> bytes | None:
 
 
 @pytest.mark.parametrize("value", VARINTS)
-def test_varint_matches_byteutils(kafka: Callable[[Request], Answer], value: int) -> None:
+def test_varint_matches_byteutils(ask_kafka: Callable[[Request], Answer], value: int) -> None:
     raw = codec.write_varint(value)
-    assert raw == _ok_bytes(kafka(("varint", str(value))))
-    assert kafka(("readvarint", raw.hex())) == ("ok", str(value), str(len(raw)))
+    assert raw == _ok_bytes(ask_kafka(("varint", str(value))))
+    assert ask_kafka(("readvarint", raw.hex())) == ("ok", str(value), str(len(raw)))
 
 
 @pytest.mark.parametrize("value", VARLONGS)
-def test_varlong_matches_byteutils(kafka: Callable[[Request], Answer], value: int) -> None:
+def test_varlong_matches_byteutils(ask_kafka: Callable[[Request], Answer], value: int) -> None:
     raw = codec.write_varlong(value)
-    assert raw == _ok_bytes(kafka(("varlong", str(value))))
-    assert kafka(("readvarlong", raw.hex())) == ("ok", str(value), str(len(raw)))
+    assert raw == _ok_bytes(ask_kafka(("varlong", str(value))))
+    assert ask_kafka(("readvarlong", raw.hex())) == ("ok", str(value), str(len(raw)))
 
 
-def test_unsigned_varints_match_byteutils(kafka: Callable[[Request], Answer]) -> None:
+def test_unsigned_varints_match_byteutils(ask_kafka: Callable[[Request], Answer]) -> None:
     for value in UNSIGNED_VARINTS:
-        assert codec.write_unsigned_varint(value) == _ok_bytes(kafka(("uvarint", str(value))))
+        assert codec.write_unsigned_varint(value) == _ok_bytes(ask_kafka(("uvarint", str(value))))
     for value in UNSIGNED_VARLONGS:
-        assert codec.write_unsigned_varlong(value) == _ok_bytes(kafka(("uvarlong", str(value))))
+        assert codec.write_unsigned_varlong(value) == _ok_bytes(ask_kafka(("uvarlong", str(value))))
 
 
-def test_malformed_varints_rejected_by_both(kafka: Callable[[Request], Answer]) -> None:
+def test_malformed_varints_rejected_by_both(ask_kafka: Callable[[Request], Answer]) -> None:
     for raw in BAD_VARINTS:
-        assert kafka(("readvarint", raw.hex()))[0] == "err", raw
+        assert ask_kafka(("readvarint", raw.hex()))[0] == "err", raw
         with pytest.raises(ValueError):
             codec.read_varint(raw)
     for raw in BAD_VARLONGS:
-        assert kafka(("readvarlong", raw.hex()))[0] == "err", raw
+        assert ask_kafka(("readvarlong", raw.hex()))[0] == "err", raw
         with pytest.raises(ValueError):
             codec.read_varlong(raw)
 
 
-def test_non_minimal_varints_read_alike(kafka: Callable[[Request], Answer]) -> None:
+def test_non_minimal_varints_read_alike(ask_kafka: Callable[[Request], Answer]) -> None:
     for raw in NON_MINIMAL_VARINTS:
         value, end = codec.read_varint(raw)
-        assert kafka(("readvarint", raw.hex())) == ("ok", str(value), str(end))
+        assert ask_kafka(("readvarint", raw.hex())) == ("ok", str(value), str(end))
 
 
-@pytest.mark.parametrize(("value", "ts"), TIMESTAMPED)
+@pytest.mark.parametrize(("value", "ts"), TIMESTAMPED, ids=TS_IDS)
 def test_timestamped_matches_value_and_timestamp_serde(
-    kafka: Callable[[Request], Answer], value: bytes | None, ts: int
+    ask_kafka: Callable[[Request], Answer], value: bytes | None, ts: int
 ) -> None:
     ours = codec.encode_timestamped(value, ts)
-    theirs = _ok_bytes(kafka(("ts", _hex(value), str(ts))))
+    theirs = _ok_bytes(ask_kafka(("ts", _hex(value), str(ts))))
     assert ours == theirs
     assert codec.decode_timestamped(theirs) == (None if value is None else (value, ts))
-    read_back = kafka(("dts", _hex(ours)))
+    read_back = ask_kafka(("dts", _hex(ours)))
     assert read_back == (("null",) if value is None else ("ok", value.hex(), str(ts)))
 
 
-@pytest.mark.parametrize(("value", "ts", "headers"), VALUE_TIMESTAMP_HEADERS)
+@pytest.mark.parametrize(("value", "ts", "headers"), VALUE_TIMESTAMP_HEADERS, ids=VTH_IDS)
 def test_value_timestamp_headers_matches_serde(
-    kafka: Callable[[Request], Answer], value: bytes | None, ts: int, headers: list[Header]
+    ask_kafka: Callable[[Request], Answer], value: bytes | None, ts: int, headers: list[Header]
 ) -> None:
     ours = codec.encode_value_timestamp_headers(value, ts, headers)
-    theirs = _ok_bytes(kafka(_vth_request(value, ts, headers)))
+    theirs = _ok_bytes(ask_kafka(_vth_request(value, ts, headers)))
     assert ours == theirs
     if value is None:
         assert codec.decode_value_timestamp_headers(theirs) is None
         return
     assert codec.decode_value_timestamp_headers(theirs) == (value, ts, headers)
     expected = ("ok", value.hex(), str(ts), *_header_fields(headers))
-    assert kafka(("dvth", _hex(ours))) == expected
+    assert ask_kafka(("dvth", _hex(ours))) == expected
 
 
-@pytest.mark.parametrize(("value", "ts", "headers"), VALUE_TIMESTAMP_HEADERS)
+@pytest.mark.parametrize(("value", "ts", "headers"), VALUE_TIMESTAMP_HEADERS, ids=VTH_IDS)
 def test_headers_block_matches_headers_serializer(
-    kafka: Callable[[Request], Answer], value: bytes | None, ts: int, headers: list[Header]
+    ask_kafka: Callable[[Request], Answer], value: bytes | None, ts: int, headers: list[Header]
 ) -> None:
-    theirs = _ok_bytes(kafka(("hdr", *_header_fields(headers))))
+    theirs = _ok_bytes(ask_kafka(("hdr", *_header_fields(headers))))
     assert codec.encode_headers(headers) == theirs
     assert theirs is not None and codec.decode_headers(theirs) == headers
 
 
-@pytest.mark.parametrize(("value", "ts", "headers"), VALUE_TIMESTAMP_HEADERS)
+@pytest.mark.parametrize(("value", "ts", "headers"), VALUE_TIMESTAMP_HEADERS, ids=VTH_IDS)
 def test_dropping_headers_matches_raw_timestamped_value(
-    kafka: Callable[[Request], Answer], value: bytes | None, ts: int, headers: list[Header]
+    ask_kafka: Callable[[Request], Answer], value: bytes | None, ts: int, headers: list[Header]
 ) -> None:
     raw = codec.encode_value_timestamp_headers(value, ts, headers)
-    assert codec.headers_format_to_timestamped(raw) == _ok_bytes(kafka(("rawts", _hex(raw))))
+    assert codec.headers_format_to_timestamped(raw) == _ok_bytes(ask_kafka(("rawts", _hex(raw))))
 
 
 @pytest.mark.parametrize("raw", CONVERSIONS)
-def test_legacy_conversions_match_kafka(kafka: Callable[[Request], Answer], raw: bytes) -> None:
-    assert codec.plain_to_timestamped(raw) == _ok_bytes(kafka(("tsconv", raw.hex())))
-    assert codec.plain_to_headers_format(raw) == _ok_bytes(kafka(("convplain", raw.hex())))
+def test_legacy_conversions_match_kafka(ask_kafka: Callable[[Request], Answer], raw: bytes) -> None:
+    assert codec.plain_to_timestamped(raw) == _ok_bytes(ask_kafka(("tsconv", raw.hex())))
+    assert codec.plain_to_headers_format(raw) == _ok_bytes(ask_kafka(("convplain", raw.hex())))
     timestamped = codec.encode_timestamped(raw, -7)
-    converted = _ok_bytes(kafka(("conv", _hex(timestamped))))
+    converted = _ok_bytes(ask_kafka(("conv", _hex(timestamped))))
     assert codec.timestamped_to_headers_format(timestamped) == converted
     # The KIP's upgrade rule: a legacy value reads back with empty headers.
     assert codec.decode_value_timestamp_headers(converted) == (raw, -7, [])
@@ -335,22 +340,22 @@ def test_legacy_conversions_match_kafka(kafka: Callable[[Request], Answer], raw:
 
 @pytest.mark.parametrize("raw", BAD_HEADER_VALUES, ids=lambda raw: raw.hex() or "empty")
 def test_malformed_header_values_rejected_by_both(
-    kafka: Callable[[Request], Answer], raw: bytes
+    ask_kafka: Callable[[Request], Answer], raw: bytes
 ) -> None:
-    assert kafka(("dvth", raw.hex()))[0] == "err"
+    assert ask_kafka(("dvth", raw.hex()))[0] == "err"
     with pytest.raises(ValueError):
         codec.decode_value_timestamp_headers(raw)
 
 
-def test_stricter_than_kafka_where_documented(kafka: Callable[[Request], Answer]) -> None:
+def test_stricter_than_kafka_where_documented(ask_kafka: Callable[[Request], Answer]) -> None:
     """Kafka's readers accept these (silently); the codec's docstring says we reject them."""
     for raw in LENIENT_IN_KAFKA:
-        assert kafka(("dvth", raw.hex()))[0] == "ok", raw
+        assert ask_kafka(("dvth", raw.hex()))[0] == "ok", raw
         with pytest.raises(ValueError):
             codec.decode_value_timestamp_headers(raw)
-    assert kafka(("readvarint", "ffffffff7f"))[0] == "ok"  # Kafka drops the extra bits
+    assert ask_kafka(("readvarint", "ffffffff7f"))[0] == "ok"  # Kafka drops the extra bits
     with pytest.raises(ValueError, match="does not fit in 32 bits"):
         codec.read_varint(bytes.fromhex("ffffffff7f"))
-    assert kafka(("readvarlong", "ffffffffffffffffff7f"))[0] == "ok"
+    assert ask_kafka(("readvarlong", "ffffffffffffffffff7f"))[0] == "ok"
     with pytest.raises(ValueError, match="does not fit in 64 bits"):
         codec.read_varlong(bytes.fromhex("ffffffffffffffffff7f"))
