@@ -1,0 +1,79 @@
+"""Clocks: injected everywhere, so nothing in the write path or eviction reads system time.
+
+* ``WallClock``: UTC epoch milliseconds (the only place that calls ``time.time_ns``);
+* ``FixedClock``: a settable clock for tests and reproducible runs;
+* ``StreamTime``: the largest validated record timestamp ever seen (BRIEF §3), which only
+  moves forward.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Literal, Protocol
+
+from ttl.record import NO_TIMESTAMP
+
+ClockKind = Literal["wall", "stream", "both"]
+
+
+class Clock(Protocol):
+    def now_ms(self) -> int: ...
+
+
+class WallClock:
+    """The system's UTC wall clock in epoch milliseconds."""
+
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+
+class FixedClock:
+    """A clock that says what it is told; ``advance`` moves it (tests, benchmarks)."""
+
+    def __init__(self, now_ms: int) -> None:
+        self._now = now_ms
+
+    def now_ms(self) -> int:
+        return self._now
+
+    def set(self, now_ms: int) -> None:
+        self._now = now_ms
+
+    def advance(self, delta_ms: int) -> None:
+        self._now += delta_ms
+
+
+class StreamTime:
+    """Stream time: ``None`` until the first validated record, then never decreasing.
+
+    Invariant: ``value`` is the maximum of every timestamp passed to ``advance`` (and of the
+    value it was recovered with); no call can lower it.
+    """
+
+    def __init__(self, value: int | None = None) -> None:
+        self._value = value
+
+    @property
+    def value(self) -> int | None:
+        return self._value
+
+    def advance(self, ts: int | None) -> int | None:
+        """Raise to ``ts`` if higher; ``None`` (a batch with no valid record) changes nothing."""
+        if ts is not None and ts != NO_TIMESTAMP and (self._value is None or ts > self._value):
+            self._value = ts
+        return self._value
+
+
+def batch_clock(kind: ClockKind, wall_ms: int, stream_time: int | None) -> int:
+    """T0 of a micro-batch (BRIEF §3): wall, stream time before the batch, or the larger.
+
+    Unset stream time means "no stream-time expiry yet": T0 = ``NO_TIMESTAMP`` (-2^63), at
+    which nothing is expired, because ``expires_at = ts + ttl`` with ``ttl > 0`` is always
+    above -2^63.
+    """
+    stream = NO_TIMESTAMP if stream_time is None else stream_time
+    if kind == "wall":
+        return wall_ms
+    if kind == "stream":
+        return stream
+    return max(wall_ms, stream)

@@ -1,0 +1,123 @@
+"""Table layouts: the store table (format v3) and its dead-letter table.
+
+Store table, format version 3 (BRIEF §2)::
+
+    key         BINARY NOT NULL   unique
+    value       BINARY NOT NULL   latest value
+    ts          BIGINT NOT NULL   record timestamp, epoch ms, may be negative, never -2^63
+    headers     ARRAY<STRUCT<key STRING, value BINARY>>   user headers, order kept
+    expires_at  BIGINT            ts + ttl (saturating); NULL = never expires
+    updated_at  BIGINT            wall-clock ms of the last write (audit)
+    key_hash    BIGINT NOT NULL   xxhash64(key): Delta keeps no min/max stats for BINARY,
+                                  so file pruning and clustering by key go through this
+    record_ttl  BIGINT            the per-record TTL (``ttl.ttl``) the entry was written with;
+                                  NULL = the store's TTL applies (a TTL change recomputes it)
+
+Table properties: ``ttl.format.version`` (3), ``ttl.store.name``, ``ttl.ttl.ms`` (the store
+TTL in ms or ``none``), change data feed and deletion vectors on, and data-skipping
+statistics limited to the BIGINT columns that sweeps and key lookups filter on. Older layouts
+(v1 = key, value; v2 = v1 + ts) are recognised by their columns and refused until upgraded.
+"""
+
+from __future__ import annotations
+
+from ttl.errors import LayoutError
+
+FORMAT_VERSION = 3
+PROP_FORMAT = "ttl.format.version"
+PROP_NAME = "ttl.store.name"
+PROP_TTL = "ttl.ttl.ms"
+PROP_STREAM_TIME_FLOOR = "ttl.stream_time.floor"
+
+HEADERS_TYPE = "ARRAY<STRUCT<key: STRING, value: BINARY>>"
+
+STORE_COLUMNS = (
+    "key BINARY NOT NULL, value BINARY NOT NULL, ts BIGINT NOT NULL, "
+    f"headers {HEADERS_TYPE}, expires_at BIGINT, updated_at BIGINT, "
+    "key_hash BIGINT NOT NULL, record_ttl BIGINT"
+)
+
+DEAD_LETTER_COLUMNS = (
+    f"key BINARY, value BINARY, timestamp BIGINT, headers {HEADERS_TYPE}, "
+    "source_partition INT, source_offset BIGINT, reason STRING NOT NULL, detail STRING, "
+    "rejected_at BIGINT NOT NULL"
+)
+
+BASE_PROPERTIES = {
+    "delta.enableChangeDataFeed": "true",
+    "delta.enableDeletionVectors": "true",
+    "delta.dataSkippingStatsColumns": "ts,expires_at,updated_at,key_hash",
+}
+
+
+def ttl_property(ttl_ms: int | None) -> str:
+    return "none" if ttl_ms is None else str(ttl_ms)
+
+
+def store_properties(name: str, ttl_ms: int | None) -> dict[str, str]:
+    return {**BASE_PROPERTIES, PROP_FORMAT: str(FORMAT_VERSION), PROP_NAME: name,
+            PROP_TTL: ttl_property(ttl_ms)}
+
+
+def _tblproperties(props: dict[str, str]) -> str:
+    return ", ".join(f"'{k}' = '{v}'" for k, v in props.items())
+
+
+def _is_delta(spark, path: str) -> bool:
+    from delta.tables import DeltaTable
+
+    return DeltaTable.isDeltaTable(spark, path)
+
+
+def legacy_version(columns: list[str]) -> int | None:
+    """Recognise v1/v2 layouts by their columns (tables written before format versions)."""
+    names = set(columns)
+    if names == {"key", "value"}:
+        return 1
+    if names == {"key", "value", "ts"}:
+        return 2
+    return None
+
+
+def ensure_store_table(spark, path: str, name: str, ttl_ms: int | None) -> dict[str, str]:
+    """Create the v3 table at ``path`` or open it, checking layout and settings.
+
+    Idempotent. Raises ``LayoutError`` naming both values when the table was made for
+    another layout or TTL (``ttl upgrade`` / ``ttl alter`` change those explicitly).
+    """
+    if not _is_delta(spark, path):
+        spark.sql(
+            f"CREATE TABLE IF NOT EXISTS delta.`{path}` ({STORE_COLUMNS}) USING delta "
+            f"TBLPROPERTIES ({_tblproperties(store_properties(name, ttl_ms))})"
+        )
+    detail = spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()
+    props = dict(detail["properties"] or {})
+    version = props.get(PROP_FORMAT)
+    if version is None:
+        columns = spark.read.format("delta").load(path).columns
+        legacy = legacy_version(columns)
+        found = f"v{legacy}" if legacy else f"an unknown layout with columns {columns}"
+        raise LayoutError(
+            f"table {path} has {found}; this engine needs format v{FORMAT_VERSION}. "
+            "Operator action: run `ttl upgrade`."
+        )
+    if version != str(FORMAT_VERSION):
+        raise LayoutError(f"table {path} has format v{version} ({PROP_FORMAT}); "
+                          f"this engine needs v{FORMAT_VERSION}")
+    expected = ttl_property(ttl_ms)
+    if props.get(PROP_TTL) != expected:
+        raise LayoutError(
+            f"table {path} was made with store.ttl = {props.get(PROP_TTL)} ms ({PROP_TTL}), "
+            f"the configuration says {expected}. Operator action: run `ttl alter --ttl` to "
+            "change the TTL explicitly, or fix store.ttl."
+        )
+    if props.get(PROP_NAME) != name:
+        raise LayoutError(f"table {path} belongs to store {props.get(PROP_NAME)!r} "
+                          f"({PROP_NAME}), the configuration says store.name = {name!r}")
+    return props
+
+
+def ensure_dead_letter_table(spark, path: str) -> None:
+    spark.sql(
+        f"CREATE TABLE IF NOT EXISTS delta.`{path}` ({DEAD_LETTER_COLUMNS}) USING delta"
+    )

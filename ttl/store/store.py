@@ -1,0 +1,188 @@
+"""``DeltaStore``: the timestamped key-value store on a Delta table (KIP-258's API).
+
+One facade assembled in one place: table layout (``layout``), batch writes (``write``),
+commit metadata and stream time (``commit``), reads that hide expired entries. Point writes
+(``put``, ``delete``, ...) go through the same batch path as the streaming job, as one-record
+batches, so there is one write semantics.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+
+from ttl.clock import Clock, ClockKind, StreamTime, WallClock, batch_clock
+from ttl.config import StoreConfig
+from ttl.errors import InvalidRecordError
+from ttl.model import HEADER_TTL, Semantics
+from ttl.record import Entry, Headers, InputRecord, ValueTimestampHeaders
+from ttl.store import commit, layout
+from ttl.store.write import INPUT_SCHEMA, WriteResult, apply_batch
+
+log = logging.getLogger(__name__)
+
+API_PARTITION = -1  # point writes are not from an input partition
+
+
+class DeltaStore:
+    """A store: one Delta table, its dead-letter table, its stream time and clocks."""
+
+    def __init__(self, spark, conf: StoreConfig, *, clock: ClockKind = "wall",
+                 wall_clock: Clock | None = None) -> None:
+        # Its own session: commit settings (userMetadata, txn ids) never leak to others.
+        self.spark = spark.newSession()
+        self.conf = conf
+        self.path = conf.path
+        self.dead_letter_path = conf.dead_letters
+        self.sem = Semantics.from_config(conf)
+        self.clock_kind: ClockKind = clock
+        self.wall_clock = wall_clock or WallClock()
+        self.properties = layout.ensure_store_table(self.spark, self.path, conf.name, conf.ttl)
+        layout.ensure_dead_letter_table(self.spark, self.dead_letter_path)
+        self.stream_time = StreamTime(self.recover_stream_time())
+        self._api_offset = 0
+
+    # -- stream time and clocks -------------------------------------------------------------
+
+    def recover_stream_time(self) -> int | None:
+        floor = self.properties.get(layout.PROP_STREAM_TIME_FLOOR)
+        return commit.recover_stream_time(self.spark, self.path, floor)
+
+    def now(self) -> int:
+        """The store's clock for reads: wall, stream time, or the larger (BRIEF §4)."""
+        return batch_clock(self.clock_kind, self.wall_clock.now_ms(), self.stream_time.value)
+
+    # -- batch writes ------------------------------------------------------------------------
+
+    def apply_batch(self, records, *, wall_ms: int | None = None, metadata: dict | None = None,
+                    txn: tuple[str, int] | None = None) -> WriteResult:
+        """Apply a DataFrame of input records (``INPUT_SCHEMA``) in one store commit."""
+        wall = self.wall_clock.now_ms() if wall_ms is None else wall_ms
+        t0 = batch_clock(self.clock_kind, wall, self.stream_time.value)
+        meta = {"op": "batch", "store": self.conf.name, "clock": self.clock_kind,
+                **(metadata or {}), "stream_time": self.stream_time.value}
+        result, final = apply_batch(self.spark, self.path, self.dead_letter_path, records,
+                                    sem=self.sem, wall_ms=wall, t0=t0, metadata=meta, txn=txn)
+        self.stream_time.advance(final["stream_time"])
+        log.debug("batch v%s: %s", result.version, result.counts.as_dict())
+        return result
+
+    def records_frame(self, records: Iterable[InputRecord]):
+        rows = [(r.key, r.value, r.timestamp, [(k, v) for k, v in r.headers], r.partition,
+                 r.offset) for r in records]
+        return self.spark.createDataFrame(rows, INPUT_SCHEMA)
+
+    def apply_records(self, records: Iterable[InputRecord], **kwargs) -> WriteResult:
+        return self.apply_batch(self.records_frame(records), **kwargs)
+
+    # -- point writes (KIP-258 API) ---------------------------------------------------------
+
+    def _api_record(self, key: bytes, value: bytes | None, timestamp: int,
+                    headers: Headers, ttl_ms: int | None) -> InputRecord:
+        if ttl_ms is not None:
+            headers = (*headers, (HEADER_TTL, str(ttl_ms).encode()))
+        self._api_offset += 1
+        return InputRecord(key, value, -1, (("ttl.ts", str(timestamp).encode()), *headers),
+                           API_PARTITION, self._api_offset)
+
+    def _write_one(self, records: list[InputRecord]) -> WriteResult:
+        result = self.apply_records(records)
+        if result.rejected_by_reason:
+            raise InvalidRecordError(f"rejected: {dict(result.rejected_by_reason)}")
+        return result
+
+    def put(self, key: bytes, value: bytes | None, timestamp: int, headers: Headers = (),
+            ttl_ms: int | None = None) -> WriteResult:
+        """Put (or delete, for ``None``) one record with an exact timestamp."""
+        return self._write_one([self._api_record(key, value, timestamp, headers, ttl_ms)])
+
+    def put_if_absent(self, key: bytes, value: bytes, timestamp: int,
+                      headers: Headers = ()) -> ValueTimestampHeaders | None:
+        """Put only if no live entry exists; returns the existing entry, or ``None``."""
+        current = self.get_with_timestamp(key)
+        if current is None:
+            self.put(key, value, timestamp, headers)
+        return current
+
+    def put_all(self, entries: Iterable[tuple[bytes, bytes | None, int, Headers]]) -> WriteResult:
+        """Several puts in one commit, applied in the given order."""
+        return self._write_one([self._api_record(k, v, ts, h, None) for k, v, ts, h in entries])
+
+    def delete(self, key: bytes, timestamp: int | None = None) -> ValueTimestampHeaders | None:
+        """Delete a key; returns what was live before (KIP-258 returns the old value)."""
+        old = self.get_with_timestamp(key)
+        ts = self.wall_clock.now_ms() if timestamp is None else timestamp
+        self.put(key, None, ts)
+        return old
+
+    # -- reads: never return entries expired at the store's clock ---------------------------
+
+    def live_frame(self, at: int | None = None):
+        """The table's live rows at clock ``at`` (default: now under the store's clock)."""
+        from pyspark.sql import functions as F
+
+        t = self.now() if at is None else at
+        table = self.spark.read.format("delta").load(self.path)
+        return table.where(F.col("expires_at").isNull() | (F.col("expires_at") > F.lit(t)))
+
+    def get_with_timestamp(self, key: bytes) -> ValueTimestampHeaders | None:
+        from pyspark.sql import functions as F
+
+        rows = (self.live_frame().where((F.col("key_hash") == F.xxhash64(F.lit(key)))
+                                        & (F.col("key") == F.lit(key))).collect())
+        if not rows:
+            return None
+        return ValueTimestampHeaders.make(bytes(rows[0].value), rows[0].ts,
+                                          _headers(rows[0].headers))
+
+    def get(self, key: bytes) -> bytes | None:
+        found = self.get_with_timestamp(key)
+        return None if found is None else found.value
+
+    def range(self, from_key: bytes, to_key: bytes) -> Iterator[tuple[bytes, ValueTimestampHeaders]]:
+        """Live entries with ``from_key <= key <= to_key``, in unsigned byte order."""
+        from pyspark.sql import functions as F
+
+        frame = self.live_frame().where((F.col("key") >= F.lit(from_key))
+                                        & (F.col("key") <= F.lit(to_key)))
+        return _iterate(frame)
+
+    def all(self) -> Iterator[tuple[bytes, ValueTimestampHeaders]]:
+        return _iterate(self.live_frame())
+
+    def entries(self, at: int | None = None) -> dict[bytes, Entry]:
+        """Every live row with its internal fields (tests, drills, status)."""
+        return {bytes(r.key): Entry(bytes(r.value), r.ts, _headers(r.headers), r.expires_at,
+                                    r.record_ttl)
+                for r in self.live_frame(at).collect()}
+
+    def approximate_num_entries(self) -> int:
+        """Live entries now (exact today; "approximate" as in KIP-258's contract)."""
+        return self.live_frame().count()
+
+    def create_view(self, name: str) -> None:
+        """A temp view that hides expired entries for plain SQL.
+
+        Under the wall clock it compares with ``current_timestamp()`` at query time, so it
+        stays correct; under the stream clock it uses the stream time of its creation
+        (call again after batches to refresh).
+        """
+        wall = "unix_millis(current_timestamp())"
+        stream = str(self.stream_time.value) if self.stream_time.value is not None else None
+        clock = {"wall": wall, "stream": stream or f"{-(2**63)}",
+                 "both": f"greatest({wall}, {stream})" if stream else wall}[self.clock_kind]
+        self.spark.sql(
+            f"CREATE OR REPLACE GLOBAL TEMP VIEW {name} AS "
+            "SELECT key, value, ts, headers, expires_at, updated_at "
+            f"FROM delta.`{self.path}` WHERE expires_at IS NULL OR expires_at > {clock}"
+        )
+
+
+def _headers(raw) -> Headers:
+    return tuple((h.key, None if h.value is None else bytes(h.value)) for h in raw or ())
+
+
+def _iterate(frame) -> Iterator[tuple[bytes, ValueTimestampHeaders]]:
+    for row in frame.orderBy("key").toLocalIterator():
+        yield bytes(row.key), ValueTimestampHeaders(bytes(row.value), row.ts,
+                                                    _headers(row.headers))
