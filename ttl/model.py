@@ -123,7 +123,9 @@ def validate(rec: InputRecord, wall_ms: int, t0: int, sem: Semantics) -> ValidRe
         ts, missing = engine[HEADER_TS], engine[HEADER_TS] == NO_TIMESTAMP
     else:
         ts = rec.timestamp if rec.timestamp is not None else -1
-        missing = ts == -1
+        # Kafka's "no timestamp" is -1; -2^63 is never a timestamp (BRIEF §2), whatever
+        # carries it.
+        missing = ts in (-1, NO_TIMESTAMP)
     if missing:
         if sem.missing_timestamp == "reject":
             return Rejection(rec, MISSING_TIMESTAMP, "no ttl.ts header and no Kafka timestamp")

@@ -33,7 +33,8 @@ class ValueTimestampHeaders:
     headers: Headers = ()
 
     @staticmethod
-    def make(value: bytes | None, timestamp: int, headers: Headers = ()) -> ValueTimestampHeaders | None:
+    def make(value: bytes | None, timestamp: int,
+             headers: Headers = ()) -> ValueTimestampHeaders | None:
         """``None`` for a null value: a tombstone is simply no value."""
         if value is None:
             return None

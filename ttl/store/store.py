@@ -139,7 +139,8 @@ class DeltaStore:
         found = self.get_with_timestamp(key)
         return None if found is None else found.value
 
-    def range(self, from_key: bytes, to_key: bytes) -> Iterator[tuple[bytes, ValueTimestampHeaders]]:
+    def range(self, from_key: bytes,
+              to_key: bytes) -> Iterator[tuple[bytes, ValueTimestampHeaders]]:
         """Live entries with ``from_key <= key <= to_key``, in unsigned byte order."""
         from pyspark.sql import functions as F
 

@@ -1,0 +1,128 @@
+"""The Delta store: layout, batch semantics through Spark, dead letters, stream time, reads."""
+
+from __future__ import annotations
+
+import pytest
+
+from ttl.clock import FixedClock
+from ttl.config import StoreConfig
+from ttl.errors import InvalidRecordError, LayoutError
+from ttl.record import INT64_MAX, Entry, InputRecord, ValueTimestampHeaders
+from ttl.store import DeltaStore
+from ttl.store.layout import PROP_FORMAT, PROP_TTL
+
+pytestmark = pytest.mark.integration
+
+NOW = 1_700_000_000_000
+TTL = 60_000
+
+
+def make_store(spark, path, ttl=TTL, clock="wall", now=NOW, **kw) -> DeltaStore:
+    conf = StoreConfig(name="s", path=path, ttl=ttl, **kw)
+    return DeltaStore(spark, conf, clock=clock, wall_clock=FixedClock(now))
+
+
+def test_table_is_created_with_layout_properties_and_reopened_idempotently(spark, table_path):
+    make_store(spark, table_path)
+    make_store(spark, table_path)  # reopening with the same settings is fine
+    props = spark.sql(f"DESCRIBE DETAIL delta.`{table_path}`").first()["properties"]
+    assert props[PROP_FORMAT] == "3"
+    assert props[PROP_TTL] == str(TTL)
+    assert props["delta.enableChangeDataFeed"] == "true"
+    assert props["delta.enableDeletionVectors"] == "true"
+
+
+def test_opening_with_another_ttl_names_both_values(spark, table_path):
+    make_store(spark, table_path)
+    with pytest.raises(LayoutError, match=r"60000 ms.*says 120000"):
+        make_store(spark, table_path, ttl=120_000)
+
+
+def test_opening_a_v1_table_asks_for_an_upgrade(spark, table_path):
+    spark.sql(f"CREATE TABLE delta.`{table_path}` (key BINARY, value BINARY) USING delta")
+    with pytest.raises(LayoutError, match=r"v1.*ttl upgrade"):
+        make_store(spark, table_path)
+
+
+def test_batch_applies_semantics_counts_and_dead_letters(spark, table_path):
+    store = make_store(spark, table_path)
+    hdrs = (("h", b"1"), ("n", None), ("h", b"2"))
+    records = [
+        InputRecord(b"a", b"a1", NOW - 10, hdrs, 0, 0),
+        InputRecord(b"a", b"a2", NOW - 20, (), 0, 1),           # older ts: max kept (update)
+        InputRecord(None, b"x", NOW, (), 0, 2),                 # null key
+        InputRecord(b"b", b"b1", NOW - TTL, (), 0, 3),          # expired on arrival
+        InputRecord(b"c", None, NOW, (), 0, 4),                 # delete of an absent key
+        InputRecord(b"d", b"d1", NOW, (("ttl.ttl", b"-5"),), 1, 0),   # bad engine header
+        InputRecord(b"e", b"e1", -1, (), 1, 1),                 # missing timestamp
+        InputRecord(b"f", b"f1", -1, (("ttl.ts", b"-86400000"), ("ttl.ttl", str(INT64_MAX).encode())), 1, 2),
+        InputRecord(b"", b"", NOW, (), 1, 3),                   # empty key and value
+    ]
+    result = store.apply_records(records)
+    c = result.counts
+    assert (c.records, c.upserted, c.expired_on_arrival, c.delete_absent) == (9, 4, 1, 1)
+    assert dict(c.rejected) == {"null_key": 1, "bad_engine_header": 1, "missing_timestamp": 1}
+    assert store.entries() == {
+        b"a": Entry(b"a2", NOW - 10, (), NOW - 10 + TTL),
+        b"f": Entry(b"f1", -86_400_000, (), INT64_MAX - 86_400_000, INT64_MAX),
+        b"": Entry(b"", NOW, (), NOW + TTL),
+    }
+    dead = {r.reason: r for r in spark.read.format("delta").load(store.dead_letter_path).collect()}
+    assert set(dead) == {"null_key", "bad_engine_header", "missing_timestamp"}
+    bad = dead["bad_engine_header"]
+    assert (bytes(bad.key), bytes(bad.value), bad.timestamp) == (b"d", b"d1", NOW)
+    assert (bad.source_partition, bad.source_offset) == (1, 0)
+    assert [(h.key, bytes(h.value)) for h in bad.headers] == [("ttl.ttl", b"-5")]
+    assert bad.rejected_at == NOW
+
+
+def test_headers_keep_order_duplicates_and_nulls_and_negative_timestamps(spark, table_path):
+    store = make_store(spark, table_path, ttl=None)
+    hdrs = (("z", b"1"), ("a", None), ("z", b""), ("a", b"2"))
+    store.put(b"k", b"v", -5_000_000_000_000, hdrs)
+    assert store.get_with_timestamp(b"k") == ValueTimestampHeaders(b"v", -5_000_000_000_000, hdrs)
+    assert store.entries()[b"k"].expires_at is None
+
+
+def test_stream_time_is_persisted_recovered_and_never_regresses(spark, table_path):
+    store = make_store(spark, table_path, clock="stream")
+    assert store.stream_time.value is None
+    store.apply_records([InputRecord(b"a", b"1", NOW - 5, (), 0, 0)])
+    # an all-late/no-op batch still commits: stream time stays, older input cannot lower it
+    store.apply_records([InputRecord(b"zz", None, NOW - 500, (), 0, 1)])
+    assert store.stream_time.value == NOW - 5
+    reopened = make_store(spark, table_path, clock="stream")
+    assert reopened.stream_time.value == NOW - 5
+
+
+def test_reads_hide_expired_entries_before_any_sweep(spark, table_path):
+    store = make_store(spark, table_path)
+    store.put_all([(b"a", b"1", NOW - 1_000, ()), (b"b", b"2", NOW - 30_000, ())])
+    assert store.approximate_num_entries() == 2
+    store.wall_clock.set(NOW + 30_000)     # b expires at NOW + 30 s exactly
+    assert store.get(b"b") is None
+    assert [k for k, _ in store.all()] == [b"a"]
+    assert [k for k, _ in store.range(b"a", b"b")] == [b"a"]
+    store.create_view("live_s")
+    assert spark.sql("SELECT count(*) FROM global_temp.live_s").first()[0] == 0  # wall: real now
+    assert spark.read.format("delta").load(table_path).count() == 2  # not swept, only hidden
+
+
+def test_point_api_put_if_absent_and_delete(spark, table_path):
+    store = make_store(spark, table_path)
+    assert store.put_if_absent(b"k", b"first", NOW) is None
+    assert store.put_if_absent(b"k", b"second", NOW).value == b"first"
+    assert store.delete(b"k", NOW).value == b"first"
+    assert store.get(b"k") is None
+    with pytest.raises(InvalidRecordError, match="future_timestamp"):
+        store.put(b"k", b"v", NOW + 2 * 86_400_000)
+
+
+def test_replayed_batch_with_the_same_txn_is_not_applied_twice(spark, table_path):
+    store = make_store(spark, table_path)
+    batch = [InputRecord(b"a", b"1", NOW, (), 0, 0)]
+    first = store.apply_records(batch, txn=("app-s-batch", 7))
+    again = store.apply_records(batch, txn=("app-s-batch", 7))
+    assert first.applied and not again.applied
+    assert again.version == first.version
+    assert store.apply_records(batch, txn=("app-s-batch", 8)).applied
