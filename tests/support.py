@@ -46,3 +46,37 @@ def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 30.0
         consumer.close()
     assert len(messages) >= expected, f"got {len(messages)} of {expected} messages from {topic}"
     return messages
+
+
+def bulk_load(spark, path: str, keys: int, ts: int, ttl: int | None, *, offset: int = 0,
+              prefix: str = "k") -> None:
+    """Append ``keys`` rows straight into a v3 store table in one commit (fixtures, benches).
+
+    Keys are ``<prefix><id>`` for ids ``offset .. offset + keys - 1``.
+    """
+    from pyspark.sql import functions as F
+
+    expires = (F.lit(ts) + F.lit(ttl)) if ttl is not None else F.lit(None).cast("bigint")
+    key = F.concat(F.lit(prefix), (F.col("id") + offset).cast("string")).cast("binary")
+    rows = spark.range(keys).select(
+        key.alias("key"),
+        F.concat(F.lit("value-"), F.col("id").cast("string")).cast("binary").alias("value"),
+        F.lit(ts).cast("bigint").alias("ts"),
+        F.array().cast("array<struct<key:string,value:binary>>").alias("headers"),
+        expires.cast("bigint").alias("expires_at"),
+        F.lit(ts).cast("bigint").alias("updated_at"),
+        F.xxhash64(key).alias("key_hash"),
+        F.lit(None).cast("bigint").alias("record_ttl"),
+    )
+    rows.write.format("delta").mode("append").save(path)
+
+
+def rebuild_from_changelog(messages) -> dict[bytes, tuple[bytes, tuple]]:
+    """Replay changelog messages into a dict (key -> (value, headers)); tombstones delete."""
+    state: dict[bytes, tuple[bytes, tuple]] = {}
+    for msg in messages:
+        if msg.value() is None:
+            state.pop(msg.key(), None)
+        else:
+            state[msg.key()] = (msg.value(), tuple(msg.headers() or ()))
+    return state

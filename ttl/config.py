@@ -80,9 +80,42 @@ class KafkaConfig(_Section):
     changelog_partitions: int = Field(default=2, gt=0)
     replication_factor: int = Field(default=1, gt=0)
     security_protocol_env: str | None = None
+    sasl_mechanism: str | None = None
     sasl_username_env: str | None = None
     sasl_password_env: str | None = None
 
+    def client_config(self, bootstrap: str | None = None) -> dict[str, str]:
+        """librdkafka settings shared by every client; secrets come from the environment."""
+        import os
+
+        conf = {"bootstrap.servers": bootstrap or self.bootstrap_servers}
+        for setting, env in (("security.protocol", self.security_protocol_env),
+                             ("sasl.username", self.sasl_username_env),
+                             ("sasl.password", self.sasl_password_env)):
+            if env:
+                if env not in os.environ:
+                    raise ConfigError(f"kafka.{setting.replace('.', '_')}_env names ${env}, "
+                                      "which is not set")
+                conf[setting] = os.environ[env]
+        if self.sasl_mechanism:
+            conf["sasl.mechanism"] = self.sasl_mechanism
+        return conf
+
+
+class ChangelogConfig(_Section):
+    """Compaction settings of the changelog topic, chosen for restore safety (BRIEF §5/§6).
+
+    ``delete_retention`` must stay well above the time a restore takes: a tombstone is
+    dropped that long after compaction reaches it, and a restore that has not read it by
+    then brings the key back.
+    """
+
+    delete_retention: DurationMs = 7 * 86_400_000
+    min_compaction_lag: NonNegDurationMs = 3_600_000
+    segment: DurationMs = 86_400_000
+    min_cleanable_dirty_ratio: float = Field(default=0.5, gt=0, le=1)
+    transaction_timeout: DurationMs = 300_000
+    max_records_per_transaction: int = Field(default=200_000, gt=0)
 
 class EvictionConfig(_Section):
     clock: Literal["wall", "stream", "both"] = "wall"
@@ -105,6 +138,7 @@ class SparkConfig(_Section):
 class Config(_Section):
     store: StoreConfig
     kafka: KafkaConfig
+    changelog: ChangelogConfig = ChangelogConfig()
     eviction: EvictionConfig = EvictionConfig()
     stream: StreamConfig
     spark: SparkConfig = SparkConfig()

@@ -55,7 +55,8 @@ def test_batch_applies_semantics_counts_and_dead_letters(spark, table_path):
         InputRecord(b"c", None, NOW, (), 0, 4),                 # delete of an absent key
         InputRecord(b"d", b"d1", NOW, (("ttl.ttl", b"-5"),), 1, 0),   # bad engine header
         InputRecord(b"e", b"e1", -1, (), 1, 1),                 # missing timestamp
-        InputRecord(b"f", b"f1", -1, (("ttl.ts", b"-86400000"), ("ttl.ttl", str(INT64_MAX).encode())), 1, 2),
+        InputRecord(b"f", b"f1", -1,
+                    (("ttl.ts", b"-86400000"), ("ttl.ttl", str(INT64_MAX).encode())), 1, 2),
         InputRecord(b"", b"", NOW, (), 1, 3),                   # empty key and value
     ]
     result = store.apply_records(records)

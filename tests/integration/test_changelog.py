@@ -1,0 +1,304 @@
+"""The changelog on a real broker: format, order, rebuild, crash, fencing, refusal, kcat."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from tests.support import bulk_load, consume_all, rebuild_from_changelog
+from ttl import jars
+from ttl.changelog import topic
+from ttl.changelog.publisher import Publisher, PublisherFenced, read_progress
+from ttl.clock import FixedClock
+from ttl.config import ChangelogConfig, KafkaConfig, StoreConfig
+from ttl.errors import TopicError
+from ttl.record import InputRecord
+from ttl.store import DeltaStore
+
+pytestmark = pytest.mark.integration
+
+NOW = 1_700_000_000_000
+TTL = 300_000
+
+
+@pytest.fixture
+def kconf(kafka) -> KafkaConfig:
+    name = f"cl-{uuid.uuid4().hex[:8]}"
+    conf = KafkaConfig(bootstrap_servers=kafka.bootstrap_servers, input_topic=f"{name}-in",
+                       changelog_topic=name, changelog_partitions=3)
+    topic.create(conf, ChangelogConfig(), kafka.bootstrap_servers)
+    return conf
+
+
+def make_store(spark, path, name="s", ttl=TTL) -> DeltaStore:
+    return DeltaStore(spark, StoreConfig(name=name, path=path, ttl=ttl),
+                      wall_clock=FixedClock(NOW))
+
+
+def publisher(spark, store, kconf, kafka, **kw) -> Publisher:
+    return Publisher(spark, store.path, store.conf.name, kconf, ChangelogConfig(**kw),
+                     kafka.bootstrap_servers)
+
+
+def read_changelog(kafka, kconf, expected: int):
+    msgs = consume_all(kafka.bootstrap_servers, kconf.changelog_topic, expected)
+    assert len(msgs) == expected
+    return msgs
+
+
+def engine(msg) -> dict[str, bytes]:
+    return {k: v for k, v in msg.headers() or () if k.startswith("ttl.")}
+
+
+def user(msg) -> list:
+    return [(k, v) for k, v in msg.headers() or () if not k.startswith("ttl.")]
+
+
+def table_state(spark, path) -> dict[bytes, tuple[bytes, tuple]]:
+    out = {}
+    for r in spark.read.format("delta").load(path).collect():
+        headers = tuple((h.key, None if h.value is None else bytes(h.value)) for h in r.headers)
+        engine_headers = [("ttl.ts", str(r.ts).encode())]
+        out[bytes(r.key)] = (bytes(r.value), headers, engine_headers)
+    return out
+
+
+def as_rebuilt(table) -> dict[bytes, tuple[bytes, tuple, bytes]]:
+    return {k: (v, h, ts[0][1]) for k, (v, h, ts) in table.items()}
+
+
+def rebuilt_with_ts(messages) -> dict[bytes, tuple[bytes, tuple, bytes]]:
+    out = {}
+    for k, (v, headers) in rebuild_from_changelog(messages).items():
+        user_headers = tuple((hk, hv) for hk, hv in headers if not hk.startswith("ttl."))
+        out[k] = (v, user_headers, dict(headers)["ttl.ts"])
+    return out
+
+
+def test_round_trip_puts_deletes_expiries_with_headers_and_negative_timestamps(
+        spark, kafka, kconf, table_path):
+    store = make_store(spark, table_path)
+    hdrs = (("h", b"1"), ("n", None), ("h", b"2"))
+    store.apply_records([
+        InputRecord(b"a", b"a1", -1, (("ttl.ts", b"-86400000"), ("ttl.ttl", b"9999999999999"),
+                                      *hdrs), 0, 0),
+        InputRecord(b"b", b"b1", NOW, (), 0, 1),
+        InputRecord(b"c", b"c1", NOW - TTL + 10, (), 0, 2),          # live until NOW + 10
+    ])
+    store.apply_records([
+        InputRecord(b"b", None, NOW, (), 0, 3),                        # delete
+        InputRecord(b"c", b"c2", NOW - TTL, (("ttl.ttl", b"5"),), 0, 4),  # expired on arrival
+    ])
+    pub = publisher(spark, store, kconf, kafka)
+    result = pub.publish()
+    assert (result.records, result.puts, result.tombstones) == (5, 3, 2)
+    msgs = read_changelog(kafka, kconf, 5)
+    by_key: dict[bytes, list] = {}
+    for m in msgs:
+        by_key.setdefault(m.key(), []).append(m)
+    a, = by_key[b"a"]
+    assert a.value() == b"a1" and user(a) == list(hdrs)
+    assert [k for k, _ in a.headers()][-5:] == ["ttl.ts", "ttl.op", "ttl.version",
+                                                 "ttl.stream-time", "ttl.ttl"]
+    assert engine(a) == {"ttl.ts": b"-86400000", "ttl.op": b"put", "ttl.version": b"1",
+                         "ttl.stream-time": str(NOW).encode(), "ttl.ttl": b"9999999999999"}
+    b_put, b_del = by_key[b"b"]
+    assert b_del.value() is None
+    assert engine(b_del) == {"ttl.op": b"delete", "ttl.version": b"2",
+                             "ttl.stream-time": str(NOW).encode()}
+    c_put, c_exp = by_key[b"c"]
+    assert engine(c_exp)["ttl.op"] == b"expire" and engine(c_exp)["ttl.clock"] == b"wall"
+    assert c_put.offset() < c_exp.offset() and b_put.offset() < b_del.offset()
+    progress = read_progress(kconf, kafka.bootstrap_servers, topic.progress_topic(
+        kconf.changelog_topic))
+    assert (progress.version, progress.stream_time) == (2, NOW)
+    assert pub.publish().records == 0  # nothing new: nothing published twice
+
+
+def test_changelog_rebuilds_the_table_with_two_concurrent_writers(spark, kafka, kconf,
+                                                                  table_path):
+    """An operator's SQL DELETE/UPDATE racing the store's batches: the topic still rebuilds
+    the table exactly (what would be lost if the publisher trusted only the engine's own
+    writes)."""
+    from delta.exceptions import ConcurrentAppendException, ConcurrentDeleteReadException
+
+    store = make_store(spark, table_path)
+    rng = random.Random(7)
+    keys = [f"k{i}".encode() for i in range(30)]
+    errors: list[BaseException] = []
+
+    def retrying(action):
+        for _ in range(20):
+            try:
+                return action()
+            except (ConcurrentAppendException, ConcurrentDeleteReadException):
+                continue
+        raise AssertionError("too many conflicts")
+
+    def engine_writer():
+        try:
+            for b in range(4):
+                recs = [InputRecord(rng.choice(keys), rng.choice([None, b"v%d" % b, b"w"]),
+                                    NOW - rng.randint(0, 100), (("b", str(b).encode()),), 0,
+                                    b * 100 + i) for i in range(25)]
+                retrying(lambda recs=recs: store.apply_records(recs))
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    def operator():
+        session = spark.newSession()
+        try:
+            for i in range(4):
+                retrying(lambda i=i: session.sql(
+                    f"DELETE FROM delta.`{table_path}` WHERE key = X'{keys[i].hex()}'"))
+                retrying(lambda i=i: session.sql(
+                    f"UPDATE delta.`{table_path}` SET value = X'6f70' "
+                    f"WHERE key = X'{keys[10 + i].hex()}'"))
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=engine_writer), threading.Thread(target=operator)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    result = publisher(spark, store, kconf, kafka).publish()
+    msgs = read_changelog(kafka, kconf, result.records)
+    assert rebuilt_with_ts(msgs) == as_rebuilt(table_state(spark, table_path))
+
+
+def test_a_version_that_deletes_and_reinserts_a_key_publishes_its_final_put(
+        spark, kafka, kconf, table_path):
+    store = make_store(spark, table_path)
+    store.apply_records([InputRecord(b"x", b"old", NOW, (), 0, 0)])
+    current = spark.read.format("delta").load(table_path)
+    current.localCheckpoint().write.format("delta").mode("overwrite").save(table_path)
+    pub = publisher(spark, store, kconf, kafka)
+    pub.publish()
+    msgs = read_changelog(kafka, kconf, 2)
+    assert [(m.key(), m.value(), engine(m)["ttl.version"]) for m in msgs] == [
+        (b"x", b"old", b"1"), (b"x", b"old", b"2")]
+
+
+def test_a_non_compacted_topic_is_refused_naming_cleanup_policy(kafka, topic_factory):
+    bad = topic_factory("delete-policy", config={"cleanup.policy": "compact,delete",
+                                                 "message.timestamp.type": "LogAppendTime"})
+    topic_factory("x", config={"cleanup.policy": "compact"})
+    conf = KafkaConfig(input_topic="in", changelog_topic=bad)
+    with pytest.raises(TopicError, match=r"cleanup\.policy is 'compact,delete'"):
+        topic.check(conf, kafka.bootstrap_servers, None)
+
+
+def test_a_changed_partition_count_is_refused(kafka, kconf):
+    with pytest.raises(TopicError, match=r"3 partitions but the table records 4"):
+        topic.check(kconf, kafka.bootstrap_servers, 4)
+    assert topic.check(kconf, kafka.bootstrap_servers, 3).partitions == 3
+
+
+def test_a_second_publisher_fences_the_first(spark, kafka, kconf, table_path):
+    store = make_store(spark, table_path)
+    store.apply_records([InputRecord(b"a", b"1", NOW, (), 0, 0)])
+    zombie = publisher(spark, store, kconf, kafka)
+    publisher(spark, store, kconf, kafka).publish()
+    store.apply_records([InputRecord(b"a", b"2", NOW, (), 0, 1)])
+    with pytest.raises(PublisherFenced):
+        zombie.publish()
+    assert len(read_changelog(kafka, kconf, 1)) == 1
+
+
+def test_partitions_match_the_java_client(spark, kafka, kconf, table_path, tmp_path):
+    store = make_store(spark, table_path)
+    keys = [b"", b"a", b"\x00\xff", "ключ".encode(), *(f"key-{i}".encode() for i in range(40))]
+    store.apply_records([InputRecord(k, b"v", NOW, (), 0, i) for i, k in enumerate(keys)])
+    publisher(spark, store, kconf, kafka).publish()
+    msgs = read_changelog(kafka, kconf, len(keys))
+    java = _java_partitions(tmp_path, keys, 3)
+    assert {m.key(): m.partition() for m in msgs} == java
+
+
+def _java_partitions(tmp_path, keys: list[bytes], n: int) -> dict[bytes, int]:
+    classpath = os.pathsep.join(str(p) for p in jars.jars("kafka"))
+    source = os.path.join(os.path.dirname(__file__), "java", "Partitions.java")
+    subprocess.run(["javac", "-cp", classpath, "-d", str(tmp_path), source], check=True)
+    proc = subprocess.run(["java", "-cp", f"{tmp_path}{os.pathsep}{classpath}", "Partitions",
+                           str(n)], input="\n".join(k.hex() for k in keys) + "\n",
+                          capture_output=True, text=True, check=True)
+    return dict(zip(keys, (int(x) for x in proc.stdout.split()), strict=True))
+
+
+def test_kcat_reads_keys_tombstones_and_headers(spark, kafka, kconf, table_path):
+    store = make_store(spark, table_path)
+    store.apply_records([InputRecord(b"k1", b"v1", NOW, (("h", b"x"),), 0, 0)])
+    store.apply_records([InputRecord(b"k1", None, NOW, (), 0, 1)])
+    publisher(spark, store, kconf, kafka).publish()
+    kcat = shutil.which("kcat")
+    assert kcat, "kcat is installed by `make setup` (Debian package kcat)"
+    out = subprocess.run(
+        [kcat, "-b", kafka.bootstrap_servers, "-C", "-t", kconf.changelog_topic, "-e",
+         "-q", "-Z", "-X", "isolation.level=read_committed", "-f", "%k|%s|%h\\n"],
+        capture_output=True, text=True, timeout=60, check=True).stdout.splitlines()
+    assert len(out) == 2
+    put, tomb = out
+    assert put.startswith("k1|v1|h=x,ttl.ts=") and "ttl.op=put" in put
+    assert tomb.startswith("k1|NULL|ttl.op=delete,ttl.version=2")
+
+
+def test_killed_publisher_resumes_with_no_gap_and_no_reordering(spark, kafka, kconf,
+                                                               table_path, tmp_path):
+    """kill -9 in the middle of a large version: read_committed readers see no partial
+    version, and the restarted publisher publishes every version once, in order."""
+    store = make_store(spark, table_path, ttl=None)
+    bulk_load(spark, table_path, 300_000, NOW, None)                        # version 1
+    store.apply_records([InputRecord(b"k5", b"new", NOW, (), 0, 0)])       # version 2
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {os.getcwd()!r})
+        from ttl.spark import get_session
+        from ttl.config import KafkaConfig, ChangelogConfig
+        from ttl.changelog.publisher import Publisher
+        import os, signal
+        produce, sent = Publisher._produce, [0]
+        def produce_then_die(self, *args):
+            produce(self, *args)
+            sent[0] += 1
+            if sent[0] == 100_000:  # deep inside version 1: flush, then kill -9 ourselves
+                self.producer.flush(30)
+                os.kill(os.getpid(), signal.SIGKILL)
+        Publisher._produce = produce_then_die
+        spark = get_session(overrides={{"spark.sql.shuffle.partitions": "2"}})
+        kconf = KafkaConfig.model_validate_json({kconf.model_dump_json()!r})
+        Publisher(spark, {table_path!r}, "s", kconf,
+                  ChangelogConfig(max_records_per_transaction=10**9),
+                  {kafka.bootstrap_servers!r}).publish()
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, timeout=300)
+    assert proc.returncode == -signal.SIGKILL
+    probe = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": "probe",
+                      "isolation.level": "read_uncommitted"})
+    written = sum(probe.get_watermark_offsets(TopicPartition(kconf.changelog_topic, p),
+                                              timeout=10)[1] for p in range(3))
+    probe.close()
+    assert written >= 100_000  # the records are in the log, in an aborted transaction
+    assert read_progress(kconf, kafka.bootstrap_servers,
+                         topic.progress_topic(kconf.changelog_topic)).version == -1
+    result = publisher(spark, store, kconf, kafka).publish()
+    assert result.published_version == 2
+    msgs = read_changelog(kafka, kconf, 300_001)
+    versions: dict[bytes, list[int]] = {}
+    for m in msgs:
+        versions.setdefault(m.key(), []).append(int(engine(m)["ttl.version"]))
+    assert len(versions) == 300_000
+    assert versions[b"k5"] == [1, 2]
+    assert all(v == [1] for k, v in versions.items() if k != b"k5")

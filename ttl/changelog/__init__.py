@@ -1,0 +1,1 @@
+"""The changelog: every change of the table, tombstones included, on a compacted topic."""

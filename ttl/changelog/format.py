@@ -1,0 +1,75 @@
+"""Changelog record format (BRIEF §5), written down once.
+
+Put record::
+
+    key     = the store key
+    value   = the entry's value
+    headers = the entry's user headers, in order, then the engine headers
+              ttl.ts=<exact ts>, ttl.op=put, ttl.version=<Delta version>,
+              ttl.stream-time=<stream time or "none">, and ttl.ttl=<ms> if the entry
+              carries a per-record TTL
+
+Tombstone::
+
+    key     = the store key
+    value   = null
+    headers = ttl.op=delete|expire, ttl.version, ttl.stream-time, and ttl.clock=wall|stream
+              for an expiry
+
+Engine header values are ASCII decimals. Record timestamps are the broker's
+(``LogAppendTime``), never the entry's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from ttl.record import Headers
+
+TS = "ttl.ts"
+OP = "ttl.op"
+VERSION = "ttl.version"
+STREAM_TIME = "ttl.stream-time"
+TTL = "ttl.ttl"
+CLOCK = "ttl.clock"
+ENGINE_HEADERS = (TS, OP, VERSION, STREAM_TIME, TTL, CLOCK)
+
+Op = Literal["put", "delete", "expire"]
+
+
+def _num(value: int | None) -> bytes:
+    return b"none" if value is None else str(value).encode("ascii")
+
+
+@dataclass(frozen=True)
+class ChangelogRecord:
+    """One record as published: what a key looks like at the end of a Delta version."""
+
+    key: bytes
+    value: bytes | None
+    headers: Headers
+
+
+def put(key: bytes, value: bytes, ts: int, user_headers: Headers, version: int,
+        stream_time: int | None, record_ttl: int | None) -> ChangelogRecord:
+    engine = [(TS, _num(ts)), (OP, b"put"), (VERSION, _num(version)),
+              (STREAM_TIME, _num(stream_time))]
+    if record_ttl is not None:
+        engine.append((TTL, _num(record_ttl)))
+    return ChangelogRecord(key, value, (*user_headers, *engine))
+
+
+def tombstone(key: bytes, op: Literal["delete", "expire"], version: int,
+              stream_time: int | None, clock: str | None = None) -> ChangelogRecord:
+    engine = [(OP, op.encode()), (VERSION, _num(version)), (STREAM_TIME, _num(stream_time))]
+    if op == "expire":
+        engine.append((CLOCK, (clock or "wall").encode()))
+    return ChangelogRecord(key, None, tuple(engine))
+
+
+def split_headers(headers: Headers) -> tuple[Headers, dict[str, bytes | None]]:
+    """User headers (in order) and the engine headers of a changelog record."""
+    user = tuple((k, v) for k, v in headers if k not in ENGINE_HEADERS)
+    engine = {k: v for k, v in headers if k in ENGINE_HEADERS}
+    return user, engine
