@@ -14,7 +14,14 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
 
 try:
     import tomllib
@@ -118,9 +125,39 @@ class ChangelogConfig(_Section):
     max_records_per_transaction: int = Field(default=200_000, gt=0)
 
 class EvictionConfig(_Section):
+    """``clock`` picks what expires entries; wall sweeps run every ``interval`` (or on
+    ``cron``), stream sweeps whenever stream time has advanced ``stream_interval``."""
+
     clock: Literal["wall", "stream", "both"] = "wall"
     interval: DurationMs = 10_000
+    cron: str | None = None
     stream_interval: DurationMs = 1_000
+    misfire_grace: DurationMs = 60_000
+    lease: DurationMs = 30_000
+
+    @field_validator("cron")
+    @classmethod
+    def _valid_cron(cls, value: str | None) -> str | None:
+        if value is not None:
+            from apscheduler.triggers.cron import CronTrigger
+
+            CronTrigger.from_crontab(value)  # raises ValueError naming the bad field
+        return value
+
+
+class MaintenanceConfig(_Section):
+    """OPTIMIZE and VACUUM on the scheduler. VACUUM's retention must exceed the changelog
+    publisher's worst lag plus the drills' time-travel window (checked before each run)."""
+
+    optimize_interval: DurationMs | None = 6 * 3_600_000
+    vacuum_interval: DurationMs | None = 86_400_000
+    vacuum_retention: DurationMs = 7 * 86_400_000
+    publisher_max_lag: DurationMs = 3_600_000
+    drill_window: DurationMs = 86_400_000
+
+    @property
+    def minimum_retention(self) -> int:
+        return self.publisher_max_lag + self.drill_window
 
 
 class StreamConfig(_Section):
@@ -140,6 +177,7 @@ class Config(_Section):
     kafka: KafkaConfig
     changelog: ChangelogConfig = ChangelogConfig()
     eviction: EvictionConfig = EvictionConfig()
+    maintenance: MaintenanceConfig = MaintenanceConfig()
     stream: StreamConfig
     spark: SparkConfig = SparkConfig()
     source: str = "<memory>"

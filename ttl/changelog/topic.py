@@ -111,3 +111,24 @@ def check(kafka: KafkaConfig, bootstrap: str, recorded_partitions: int | None) -
                          "it with `ttl topic create`) before starting a writer.")
     assert state is not None
     return state
+
+
+def recorded_partitions(properties: dict[str, str]) -> int | None:
+    raw = properties.get(PROP_PARTITIONS)
+    return int(raw) if raw else None
+
+
+def prepare_for_store(spark, table_path: str, properties: dict[str, str], kafka: KafkaConfig,
+                      bootstrap: str) -> TopicState:
+    """Check the topics before a writer starts; record the partition count on first use.
+
+    The count goes into the table (``ttl.changelog.partitions``) the first time a writer
+    sees the topic, and from then on a topic with another count is refused.
+    """
+    recorded = recorded_partitions(properties)
+    state = check(kafka, bootstrap, recorded)
+    if recorded is None:
+        spark.sql(f"ALTER TABLE delta.`{table_path}` SET TBLPROPERTIES "
+                  f"('{PROP_PARTITIONS}' = '{state.partitions}')")
+        properties[PROP_PARTITIONS] = str(state.partitions)
+    return state

@@ -79,7 +79,8 @@ def legacy_version(columns: list[str]) -> int | None:
     return None
 
 
-def ensure_store_table(spark, path: str, name: str, ttl_ms: int | None) -> dict[str, str]:
+def ensure_store_table(spark, path: str, name: str, ttl_ms: int | None, *,
+                       check_ttl: bool = True) -> dict[str, str]:
     """Create the v3 table at ``path`` or open it, checking layout and settings.
 
     Idempotent. Raises ``LayoutError`` naming both values when the table was made for
@@ -105,7 +106,7 @@ def ensure_store_table(spark, path: str, name: str, ttl_ms: int | None) -> dict[
         raise LayoutError(f"table {path} has format v{version} ({PROP_FORMAT}); "
                           f"this engine needs v{FORMAT_VERSION}")
     expected = ttl_property(ttl_ms)
-    if props.get(PROP_TTL) != expected:
+    if check_ttl and props.get(PROP_TTL) != expected:
         raise LayoutError(
             f"table {path} was made with store.ttl = {props.get(PROP_TTL)} ms ({PROP_TTL}), "
             f"the configuration says {expected}. Operator action: run `ttl alter --ttl` to "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 
 from ttl.clock import Clock, ClockKind, StreamTime, WallClock, batch_clock
 from ttl.config import StoreConfig
@@ -28,7 +29,7 @@ class DeltaStore:
     """A store: one Delta table, its dead-letter table, its stream time and clocks."""
 
     def __init__(self, spark, conf: StoreConfig, *, clock: ClockKind = "wall",
-                 wall_clock: Clock | None = None) -> None:
+                 wall_clock: Clock | None = None, check_ttl: bool = True) -> None:
         # Its own session: commit settings (userMetadata, txn ids) never leak to others.
         self.spark = spark.newSession()
         self.conf = conf
@@ -37,7 +38,11 @@ class DeltaStore:
         self.sem = Semantics.from_config(conf)
         self.clock_kind: ClockKind = clock
         self.wall_clock = wall_clock or WallClock()
-        self.properties = layout.ensure_store_table(self.spark, self.path, conf.name, conf.ttl)
+        self.properties = layout.ensure_store_table(self.spark, self.path, conf.name, conf.ttl,
+                                                    check_ttl=check_ttl)
+        if not check_ttl:  # the table's TTL rules (``ttl alter`` opens a store this way)
+            raw = self.properties.get(layout.PROP_TTL)
+            self.sem = replace(self.sem, ttl=None if raw in (None, "none") else int(raw))
         layout.ensure_dead_letter_table(self.spark, self.dead_letter_path)
         self.stream_time = StreamTime(self.recover_stream_time())
         self._api_offset = 0

@@ -1,0 +1,215 @@
+"""Benchmark: changelog publication throughput and commit-to-Kafka lag (prints figures).
+
+    .venv/bin/python -m tests.bench.changelog_bench --changes 1000000
+    .venv/bin/python -m tests.bench.changelog_bench --changes 100000 --rounds 10 --batch 500
+
+Starts a local Kafka broker, creates the changelog topics (3 partitions), bulk-loads
+``--changes`` rows into a store table in one Delta commit and times ``Publisher.publish()``
+over it (records/s). The two halves are then timed apart: reading the change feed (the
+same query as ``Publisher._changes``, drained with ``toLocalIterator``, plus building the
+changelog records) and producing the same number of similar records in one transaction
+with the publisher's producer settings.
+
+Then a steady update load: ``--rounds`` rounds of ``--batch`` updates of loaded keys through
+``DeltaStore.apply_records``, each followed by ``publish()``. Lag per round is measured two
+ways: from the Delta commit timestamp (``history`` ``timestamp``, i.e. the commit file's
+time) and from the moment ``apply_records`` returned, both to when ``publish()`` returned.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import platform
+import random
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+import uuid
+from importlib import metadata as md
+from pathlib import Path
+
+from tests.support import bulk_load
+from ttl.changelog import topic
+from ttl.changelog.publisher import Publisher
+from ttl.clock import FixedClock
+from ttl.config import ChangelogConfig, KafkaConfig, StoreConfig
+from ttl.kafka_local import LocalKafka
+from ttl.record import InputRecord
+from ttl.spark import get_session
+from ttl.store import DeltaStore
+
+NOW = 1_700_000_000_000
+
+
+def _version(dist: str) -> str:
+    try:
+        return md.version(dist)
+    except md.PackageNotFoundError:
+        return "?"
+
+
+def machine_facts(spark) -> None:
+    import confluent_kafka
+
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
+    print(f"machine: nproc={os.cpu_count()} (sched {len(os.sched_getaffinity(0))}), "
+          f"loadavg={' '.join(f'{x:.2f}' for x in os.getloadavg())}, "
+          f"python {platform.python_version()}, {platform.platform()}")
+    print(f"spark {spark.version} (pyspark {_version('pyspark')}), "
+          f"delta-spark {_version('delta-spark')}, master {spark.sparkContext.master}, "
+          f"shuffle.partitions {spark.conf.get('spark.sql.shuffle.partitions')}")
+    print(f"confluent-kafka {confluent_kafka.version()[0]}, "
+          f"librdkafka {confluent_kafka.libversion()[0]}, "
+          f"java: {java.splitlines()[0] if java else '?'}", flush=True)
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def _commit_ms(spark, path: str) -> tuple[int, int]:
+    from delta.tables import DeltaTable
+
+    row = (DeltaTable.forPath(spark, path).history(1)
+           .selectExpr("version", "unix_millis(timestamp) AS ms").first())
+    return row["version"], row["ms"]
+
+
+def time_feed_read(pub: Publisher, start: int, end: int) -> tuple[int, float, float]:
+    """Drain the publisher's change-feed query; (rows, total s, s spent building records)."""
+    started = time.monotonic()
+    building = 0.0
+    rows = 0
+    metadata = pub._metadata(start, end)
+    for row in pub._changes(start, end):
+        t = time.perf_counter()
+        pub._record(row, row["_commit_version"], metadata.get(row["_commit_version"], {}),
+                    set())
+        building += time.perf_counter() - t
+        rows += 1
+    return rows, time.monotonic() - started, building
+
+
+def time_produce(kconf: KafkaConfig, bootstrap: str, n: int) -> float:
+    """Produce ``n`` records shaped like the changelog's, in one transaction; seconds."""
+    from confluent_kafka import Producer
+
+    scratch = f"bench-produce-{uuid.uuid4().hex[:6]}"
+    topic.create(kconf.model_copy(update={"changelog_topic": scratch}), ChangelogConfig(),
+                 bootstrap)
+    producer = Producer({
+        **kconf.client_config(bootstrap), "transactional.id": f"bench-{scratch}",
+        "partitioner": "murmur2_random", "acks": "all", "linger.ms": 20,
+        "compression.type": "lz4", "queue.buffering.max.messages": 1_000_000,
+        "queue.buffering.max.kbytes": 1_048_576, "transaction.timeout.ms": 300_000,
+        "log_level": 3,
+    })
+    producer.init_transactions(60)
+    started = time.monotonic()
+    producer.begin_transaction()
+    for i in range(n):
+        headers = [("ttl.ts", b"1700000000000"), ("ttl.op", b"put"), ("ttl.version", b"1"),
+                   ("ttl.stream-time", b"none")]
+        while True:
+            try:
+                producer.produce(scratch, key=b"k%d" % i, value=b"value-%d" % i,
+                                 headers=headers)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    producer.commit_transaction(300)
+    elapsed = time.monotonic() - started
+    del producer  # closed before the broker stops
+    return elapsed
+
+
+def run(args) -> None:
+    spark = get_session()
+    machine_facts(spark)
+    work = Path(tempfile.mkdtemp(prefix="ttl-clbench-"))
+    try:
+        with LocalKafka() as k:
+            bootstrap = k.bootstrap_servers
+            print(f"kafka up in {k.startup_seconds:.1f} s at {bootstrap}", flush=True)
+            name = f"bench-{uuid.uuid4().hex[:6]}"
+            kconf = KafkaConfig(bootstrap_servers=bootstrap, input_topic=f"{name}-in",
+                                changelog_topic=name, changelog_partitions=3)
+            topic.create(kconf, ChangelogConfig(), bootstrap)
+            conf = StoreConfig(name="bench", path=str(work / "store"), ttl=None)
+            store = DeltaStore(spark, conf, wall_clock=FixedClock(NOW))
+
+            started = time.monotonic()
+            bulk_load(spark, conf.path, args.changes, NOW, None)
+            print(f"bulk_load {args.changes:,} rows: {time.monotonic() - started:.1f} s",
+                  flush=True)
+
+            # 1. publication throughput
+            pub = Publisher(spark, conf.path, conf.name, kconf, ChangelogConfig(), bootstrap)
+            result = pub.publish()
+            print(f"[1] publish(): versions 0..{result.published_version}, "
+                  f"{result.records:,} records ({result.puts:,} puts, "
+                  f"{result.tombstones:,} tombstones) in {result.seconds:.1f} s = "
+                  f"{result.records / result.seconds:,.0f} records/s", flush=True)
+            assert result.records == args.changes, result
+            rows, feed_s, build_s = time_feed_read(pub, 0, result.published_version)
+            print(f"[1a] change feed read (same query, toLocalIterator, +_record): {rows:,} "
+                  f"rows in {feed_s:.1f} s = {rows / feed_s:,.0f} rows/s "
+                  f"(of which building records {build_s:.1f} s)", flush=True)
+            produce_s = time_produce(kconf, bootstrap, args.changes)
+            print(f"[1b] produce only (same producer settings, 1 txn): {args.changes:,} "
+                  f"records in {produce_s:.1f} s = {args.changes / produce_s:,.0f} records/s",
+                  flush=True)
+
+            # 2. commit-to-Kafka lag under a steady update load
+            rng = random.Random(1)
+            lag_commit, lag_wall, pub_s, apply_s = [], [], [], []
+            for rnd in range(args.rounds):
+                ids = rng.sample(range(args.changes), args.batch)
+                records = [InputRecord(b"k%d" % key_id, b"r%d-%d" % (rnd, i), NOW, (), 0,
+                                       rnd * args.batch + i)
+                           for i, key_id in enumerate(ids)]
+                t0 = time.monotonic()
+                wr = store.apply_records(records)
+                applied_wall = time.time()
+                apply_s.append(time.monotonic() - t0)
+                r = pub.publish()
+                returned = time.time()
+                version, commit_ms = _commit_ms(spark, conf.path)  # nothing else writes
+                pub_s.append(r.seconds)
+                lag_commit.append(returned * 1000 - commit_ms)
+                lag_wall.append((returned - applied_wall) * 1000)
+                assert r.published_version == version == wr.version, (r, version, wr.version)
+                assert r.records == args.batch, r
+                print(f"  round {rnd}: v{version} apply {apply_s[-1]:.2f} s, "
+                      f"publish {r.seconds:.2f} s ({r.records} records), "
+                      f"lag {lag_commit[-1]:.0f} ms from commit ts, "
+                      f"{lag_wall[-1]:.0f} ms from apply return", flush=True)
+            for label, values in (("lag from Delta commit timestamp (history)", lag_commit),
+                                  ("lag from apply_records return (wall)", lag_wall)):
+                print(f"[2] {label}: p50 {_pct(values, .5):.0f} ms, "
+                      f"p99 {_pct(values, .99):.0f} ms, max {max(values):.0f} ms")
+            print(f"[2] publish() per round: median {statistics.median(pub_s):.2f} s, "
+                  f"min {min(pub_s):.2f} s, max {max(pub_s):.2f} s; apply_records median "
+                  f"{statistics.median(apply_s):.2f} s", flush=True)
+            pub.close()
+            del pub
+            gc.collect()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--changes", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--batch", type=int, default=1000)
+    run(parser.parse_args())
+
+
+if __name__ == "__main__":
+    main()

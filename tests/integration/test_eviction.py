@@ -1,0 +1,198 @@
+"""Eviction on real Spark, Delta and Kafka: boundaries, stream time, races, schedules."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+
+from tests.support import consume_all, rebuild_from_changelog, wait_until
+from ttl import eviction, schedule
+from ttl.changelog import topic
+from ttl.changelog.publisher import Publisher
+from ttl.clock import FixedClock, WallClock
+from ttl.config import ChangelogConfig, KafkaConfig, StoreConfig, from_dict
+from ttl.lease import Lease
+from ttl.record import INT64_MAX, InputRecord
+from ttl.store import DeltaStore
+
+pytestmark = pytest.mark.integration
+
+NOW = 1_700_000_000_000
+TTL = 60_000
+
+
+def make_store(spark, path, ttl=TTL, clock="wall", wall=None) -> DeltaStore:
+    return DeltaStore(spark, StoreConfig(name="ev", path=path, ttl=ttl), clock=clock,
+                      wall_clock=wall or FixedClock(NOW))
+
+
+def recs(*items) -> list[InputRecord]:
+    """(key, value, ts[, extra headers]) -> records with increasing offsets."""
+    out = []
+    for i, item in enumerate(items):
+        key, value, ts, *hdrs = item
+        out.append(InputRecord(key, value, -1, (("ttl.ts", str(ts).encode()), *(hdrs or [()])[0]),
+                               0, i))
+    return out
+
+
+def keys(store, at=-(2**63)) -> set[bytes]:
+    return set(store.entries(at=at))
+
+
+def test_boundary_negative_timestamps_no_ttl_and_per_record_ttl(spark, table_path):
+    store = make_store(spark, table_path)
+    store.apply_records(recs(
+        (b"edge", b"v", NOW - TTL + 100),                     # expires_at = NOW + 100
+        (b"neg", b"v", -TTL, ((("ttl.ttl", str(NOW + TTL + 200).encode()),))),  # NOW + 200
+        (b"short", b"v", NOW, ((("ttl.ttl", b"50"),))),        # per-record TTL: NOW + 50
+        (b"long", b"v", NOW, ((("ttl.ttl", str(INT64_MAX).encode()),))),
+    ))
+    assert eviction.sweep(store, "wall", NOW + 49).evicted == 0
+    assert eviction.sweep(store, "wall", NOW + 50).evicted == 1          # short, exactly at T
+    assert eviction.sweep(store, "wall", NOW + 99).evicted == 0          # T - 1 for edge
+    first = eviction.sweep(store, "wall", NOW + 100)
+    assert first.evicted == 1 and first.lateness_ms["max"] == 0
+    assert eviction.sweep(store, "wall", NOW + 100).evicted == 0         # idempotent
+    assert eviction.sweep(store, "wall", NOW + 200).evicted == 1         # negative ts entry
+    assert keys(store) == {b"long"}
+    nottl = make_store(spark, table_path + "-nottl", ttl=None)
+    nottl.apply_records(recs((b"forever", b"v", NOW)))
+    assert eviction.sweep(nottl, "wall", INT64_MAX).evicted == 0
+
+
+def test_dry_run_changes_nothing_and_previews_a_new_ttl(spark, table_path):
+    store = make_store(spark, table_path)
+    store.apply_records(recs((b"a", b"v", NOW - 50_000), (b"b", b"v", NOW - 5)))
+    version = spark.sql(f"DESCRIBE HISTORY delta.`{table_path}` LIMIT 1").first().version
+    preview = eviction.sweep(store, "wall", NOW + 10_000, dry_run=True)
+    assert (preview.evicted, preview.sample_keys) == (1, [b"a"])
+    assert eviction.would_evict(store, 40_000) == 1            # a: NOW - 10 s <= NOW
+    assert eviction.alter_ttl(store, 1, dry_run=True).would_evict_now == 2
+    assert spark.sql(f"DESCRIBE HISTORY delta.`{table_path}` LIMIT 1").first().version == version
+    assert keys(store) == {b"a", b"b"}
+
+
+def test_alter_ttl_recomputes_expiry_in_one_commit_and_keeps_record_ttls(spark, table_path):
+    store = make_store(spark, table_path)
+    store.apply_records(recs((b"a", b"v", NOW), (b"r", b"v", NOW, ((("ttl.ttl", b"5"),)))))
+    result = eviction.alter_ttl(store, 1_000)
+    assert result.old_ttl == TTL and result.new_ttl == 1_000
+    entries = store.entries(at=-(2**63))
+    assert entries[b"a"].expires_at == NOW + 1_000
+    assert entries[b"r"].expires_at == NOW + 5
+    reopened = DeltaStore(spark, StoreConfig(name="ev", path=table_path, ttl=1_000))
+    assert reopened.sem.ttl == 1_000
+
+
+def test_stream_time_sweeps_follow_out_of_order_input_and_survive_restart(spark, table_path):
+    store = make_store(spark, table_path, clock="stream")
+    assert eviction.sweep(store, "stream").skipped  # idle from the start: nothing by stream
+    store.apply_records(recs((b"a", b"v", NOW), (b"b", b"v", NOW + 70_000),
+                             (b"c", b"v", NOW + 10)))           # out of order: max wins
+    assert store.stream_time.value == NOW + 70_000
+    result = eviction.sweep(store, "stream")
+    assert (result.t, result.evicted) == (NOW + 70_000, 2)      # a and c expired by then
+    store.apply_records(recs((b"d", b"v", NOW + 5)))             # older input: no regression
+    restarted = make_store(spark, table_path, clock="stream")
+    assert restarted.stream_time.value == NOW + 70_000
+    assert keys(restarted) == {b"b"}                              # d expired on arrival
+
+
+def test_idle_stream_does_not_evict_by_stream_time_but_wall_sweeps_do(spark, table_path):
+    wall = FixedClock(NOW)
+    store = make_store(spark, table_path, clock="both", wall=wall)
+    store.apply_records(recs((b"a", b"v", NOW - 1_000)))
+    wall.advance(TTL)                                            # no new input
+    assert eviction.sweep(store, "stream").evicted == 0
+    assert eviction.sweep(store, "wall").evicted == 1
+
+
+def test_a_key_refreshed_during_sweeps_survives_and_the_changelog_rebuilds(
+        spark, kafka, table_path):
+    """Sweeps race a writer that keeps refreshing expiring keys: predicate-based deletes with
+    conflict retries never remove a key made live again (a key-list sweep would)."""
+    kconf = KafkaConfig(input_topic="x", changelog_topic=f"ev-{uuid.uuid4().hex[:8]}")
+    topic.create(kconf, ChangelogConfig(), kafka.bootstrap_servers)
+    wall = FixedClock(NOW)
+    store = make_store(spark, table_path, wall=wall)
+    hot = [f"k{i}".encode() for i in range(8)]
+    store.apply_records(recs(*[(k, b"v0", NOW - TTL + 1) for k in hot]))
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def sweeper():
+        try:
+            t = NOW + 1
+            while not done.is_set():
+                eviction.sweep(store, "wall", t)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=sweeper)
+    thread.start()
+    writer = DeltaStore(spark, StoreConfig(name="ev", path=table_path, ttl=TTL),
+                        wall_clock=FixedClock(NOW))
+    try:
+        for i in range(3):
+            batch = recs(*[(k, b"v%d" % (i + 1), NOW + 1_000 * (i + 1)) for k in hot[:4]])
+            eviction.retrying(lambda b=batch: writer.apply_records(b), what="refresh")
+    finally:
+        done.set()
+        thread.join()
+    assert not errors, errors
+    eviction.sweep(store, "wall", NOW + 1)
+    table = store.entries(at=-(2**63))
+    assert set(table) == set(hot[:4])                           # refreshed keys survived
+    assert {e.value for e in table.values()} == {b"v3"}
+    result = Publisher(spark, table_path, "ev", kconf, ChangelogConfig(),
+                       kafka.bootstrap_servers).publish()
+    rebuilt = rebuild_from_changelog(consume_all(kafka.bootstrap_servers, kconf.changelog_topic,
+                                                 result.records))
+    assert {k: v for k, (v, _) in rebuilt.items()} == {k: e.value for k, e in table.items()}
+
+
+def test_scheduled_wall_sweeps_evict_idle_keys_with_expire_tombstones(spark, kafka, table_path):
+    name = f"sched-{uuid.uuid4().hex[:8]}"
+    conf = from_dict({"store": {"name": "ev", "path": table_path, "ttl": "2s"},
+                      "kafka": {"input_topic": "x", "changelog_topic": name},
+                      "eviction": {"interval": "500ms"},
+                      "maintenance": {"optimize_interval": None, "vacuum_interval": None},
+                      "stream": {"checkpoint": "unused"}})
+    topic.create(conf.kafka, conf.changelog, kafka.bootstrap_servers)
+    store = DeltaStore(spark, conf.store, wall_clock=WallClock())
+    now = WallClock().now_ms()
+    store.apply_records(recs((b"a", b"v", now), (b"b", b"v", now)))
+    publisher = Publisher(spark, table_path, "ev", conf.kafka, conf.changelog,
+                          kafka.bootstrap_servers)
+    jobs = schedule.StoreJobs(store, conf, publish=publisher.publish,
+                              lease=Lease(spark, table_path))
+    scheduler = schedule.build(conf, jobs, blocking=False)
+    scheduler.start()
+    try:
+        msgs = consume_all(kafka.bootstrap_servers, name, 4, timeout=60)
+    finally:
+        scheduler.shutdown()
+    tombstones = [m for m in msgs if m.value() is None]
+    assert {m.key() for m in tombstones} == {b"a", b"b"}
+    assert all(dict(m.headers())["ttl.op"] == b"expire" and
+               dict(m.headers())["ttl.clock"] == b"wall" for m in tombstones)
+    assert jobs.last_sweep is not None
+
+
+def test_a_standalone_sweep_skips_while_another_process_holds_the_lease(spark, table_path):
+    store = make_store(spark, table_path)
+    stream_lease = Lease(spark, table_path, duration_ms=60_000, holder="stream-job")
+    assert stream_lease.acquire()
+    standalone = Lease(spark, table_path)
+    assert not standalone.acquire()
+    assert standalone.held_by_other().holder == "stream-job"
+    conf = from_dict({"store": {"name": "ev", "path": table_path, "ttl": "60s"},
+                      "kafka": {"input_topic": "x", "changelog_topic": "y"},
+                      "stream": {"checkpoint": "unused"}})
+    jobs = schedule.StoreJobs(store, conf, lease=standalone)
+    assert jobs.wall_sweep() is None
+    stream_lease.release()
+    wait_until(lambda: standalone.acquire(), timeout=10, what="the released lease")

@@ -1,0 +1,221 @@
+"""Eviction: sweeps by wall clock or stream time, TTL changes, dry runs (BRIEF §4).
+
+A sweep at clock value T is one Delta ``DELETE ... WHERE expires_at <= T``: the predicate is
+evaluated inside the commit (never a key list planned earlier), so a key refreshed by a
+concurrent write survives, also on a retry. The commit carries ``op=sweep``, the clock, T and
+a sweep id in its metadata, which is how the changelog publisher tags each evicted key's
+tombstone ``ttl.op=expire`` with ``ttl.clock``. A second sweep at the same T finds nothing:
+sweeps are idempotent.
+
+Cost: a DELETE reads only files whose ``expires_at`` min/max range reaches T (data skipping;
+statistics are kept for ``expires_at``) and writes deletion vectors instead of rewriting
+files, so it follows the number of expired entries as far as the file layout allows;
+``optimize`` clusters files by ``expires_at`` (Z-order) to keep those ranges narrow.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from ttl.errors import ConfigError
+from ttl.record import INT64_MAX
+from ttl.store import commit
+from ttl.store.layout import PROP_TTL, ttl_property
+
+log = logging.getLogger(__name__)
+
+SweepClock = Literal["wall", "stream"]
+RETRIES = 5
+BACKOFF_S = 0.5
+
+
+def _conflicts() -> tuple[type[BaseException], ...]:
+    """Delta's typed conflict exceptions, caught by name (a whole operation is retried)."""
+    from delta import exceptions as ex
+
+    return (ex.ConcurrentAppendException, ex.ConcurrentDeleteReadException,
+            ex.ConcurrentDeleteDeleteException, ex.ConcurrentTransactionException,
+            ex.MetadataChangedException, ex.ProtocolChangedException)
+
+
+def retrying(action, *, what: str, retries: int = RETRIES, backoff_s: float = BACKOFF_S):
+    """Run ``action`` again after a Delta conflict, with bounded exponential backoff."""
+    for attempt in range(retries + 1):
+        try:
+            return action(), attempt
+        except _conflicts() as exc:
+            if attempt == retries:
+                raise
+            log.warning("%s conflicted with a concurrent commit (%s); retry %d/%d", what,
+                        type(exc).__name__, attempt + 1, retries)
+            time.sleep(backoff_s * 2**attempt)
+    raise AssertionError("unreachable")
+
+
+@dataclass
+class SweepResult:
+    clock: SweepClock
+    t: int | None
+    sweep_id: str = ""
+    evicted: int = 0
+    dry_run: bool = False
+    skipped: str | None = None
+    version: int | None = None
+    retries: int = 0
+    seconds: float = 0.0
+    lateness_ms: dict[str, int | None] = field(default_factory=dict)
+    sample_keys: list[bytes] = field(default_factory=list)
+
+    def summary(self) -> str:
+        if self.skipped:
+            return f"skipped: {self.skipped}"
+        verb = "would evict" if self.dry_run else "evicted"
+        late = ", ".join(f"{k}={v}" for k, v in self.lateness_ms.items())
+        return (f"{self.clock} sweep at T={self.t}: {verb} {self.evicted} entries "
+                f"in {self.seconds:.1f} s (retries {self.retries}"
+                f"{', lateness ms ' + late if late else ''})")
+
+
+def sweep_time(store, clock: SweepClock) -> int | None:
+    """T for a sweep now: the wall clock, or stream time (``None`` until the first record)."""
+    return store.wall_clock.now_ms() if clock == "wall" else store.stream_time.value
+
+
+def expired_predicate(t: int) -> str:
+    return f"expires_at IS NOT NULL AND expires_at <= {int(t)}"
+
+
+def sweep(store, clock: SweepClock, t: int | None = None, *, dry_run: bool = False,
+          sample: int = 10) -> SweepResult:
+    """Delete exactly the entries with ``expires_at <= T`` in one commit (or count them)."""
+    started = time.monotonic()
+    t = sweep_time(store, clock) if t is None else t
+    result = SweepResult(clock, t, dry_run=dry_run)
+    if t is None:
+        result.skipped = "no stream time yet (no record seen): nothing expires by stream time"
+        return result
+    predicate = expired_predicate(t)
+    if dry_run:
+        expired = store.spark.read.format("delta").load(store.path).where(predicate)
+        result.evicted = expired.count()
+        result.sample_keys = [bytes(r.key) for r in expired.select("key").limit(sample).collect()]
+        result.seconds = time.monotonic() - started
+        return result
+    result.sweep_id = uuid.uuid4().hex
+    meta = {"op": "sweep", "store": store.conf.name, "clock": clock, "t": t,
+            "sweep_id": result.sweep_id, "stream_time": store.stream_time.value}
+
+    def delete() -> None:
+        with commit.commit_settings(store.spark, meta):
+            store.spark.sql(f"DELETE FROM delta.`{store.path}` WHERE {predicate}")
+
+    _, result.retries = retrying(delete, what=f"{clock} sweep at {t}")
+    _record_outcome(store, result)
+    result.seconds = time.monotonic() - started
+    log.info("%s", result.summary())
+    return result
+
+
+def _record_outcome(store, result: SweepResult) -> None:
+    """Find the sweep's commit (by its id) for the evicted count and lateness."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    history = DeltaTable.forPath(store.spark, store.path).history(5)
+    rows = history.where(F.col("userMetadata").contains(result.sweep_id)).collect()
+    if not rows:  # nothing matched: Delta made no commit
+        return
+    result.version = rows[0].version
+    result.evicted = int((rows[0].operationMetrics or {}).get("numDeletedRows", 0))
+    if result.evicted:
+        gone = (store.spark.read.format("delta").option("readChangeFeed", "true")
+                .option("startingVersion", result.version)
+                .option("endingVersion", result.version).load(store.path)
+                .where("_change_type = 'delete'"))
+        late = F.lit(result.t) - F.col("expires_at")
+        row = gone.select(F.percentile_approx(late, [0.5, 0.99]).alias("q"),
+                          F.max(late).alias("max")).first()
+        result.lateness_ms = {"p50": row.q[0], "p99": row.q[1], "max": row["max"]}
+
+
+# -- TTL changes ----------------------------------------------------------------------------
+
+def _sat_expiry(ttl_ms: int | None) -> str:
+    """SQL for ``ts + ttl`` saturating at int64 max (Spark's ANSI mode raises on overflow)."""
+    if ttl_ms is None:
+        return "CAST(NULL AS BIGINT)"
+    return (f"CASE WHEN ts > {INT64_MAX - ttl_ms} THEN {INT64_MAX} "
+            f"ELSE ts + {ttl_ms} END")
+
+
+def would_evict(store, ttl_ms: int | None, at: int | None = None) -> int:
+    """How many entries a store TTL of ``ttl_ms`` would evict now (per-record TTLs kept)."""
+    at = store.now() if at is None else at
+    new_expiry = f"CASE WHEN record_ttl IS NOT NULL THEN expires_at ELSE {_sat_expiry(ttl_ms)} END"
+    return (store.spark.read.format("delta").load(store.path)
+            .where(f"({new_expiry}) IS NOT NULL AND ({new_expiry}) <= {at}").count())
+
+
+@dataclass
+class AlterResult:
+    old_ttl: int | None
+    new_ttl: int | None
+    would_evict_now: int
+    dry_run: bool
+    version: int | None = None
+
+
+def alter_ttl(store, new_ttl: int | None, *, dry_run: bool = False) -> AlterResult:
+    """Recompute ``expires_at`` for the store TTL in one commit, then record the new TTL.
+
+    The data change is one UPDATE commit (published like any change); the table property
+    follows it. If the process dies in between, running the same command again finishes it
+    (the UPDATE is idempotent).
+    """
+    raw = store.properties.get(PROP_TTL)
+    old = None if raw in (None, "none") else int(raw)
+    result = AlterResult(old, new_ttl, would_evict(store, new_ttl), dry_run)
+    if dry_run:
+        return result
+    meta = {"op": "alter", "store": store.conf.name, "ttl": new_ttl, "previous_ttl": old,
+            "stream_time": store.stream_time.value}
+
+    def update() -> None:
+        with commit.commit_settings(store.spark, meta):
+            store.spark.sql(f"UPDATE delta.`{store.path}` SET expires_at = "
+                            f"{_sat_expiry(new_ttl)} WHERE record_ttl IS NULL")
+
+    retrying(update, what="TTL change")
+    store.spark.sql(f"ALTER TABLE delta.`{store.path}` SET TBLPROPERTIES "
+                    f"('{PROP_TTL}' = '{ttl_property(new_ttl)}')")
+    store.properties[PROP_TTL] = ttl_property(new_ttl)
+    store.sem = replace(store.sem, ttl=new_ttl)
+    from delta.tables import DeltaTable
+
+    result.version = DeltaTable.forPath(store.spark, store.path).history(1).first()["version"]
+    return result
+
+
+# -- maintenance ------------------------------------------------------------------------------
+
+def optimize(store) -> None:
+    """Compact small files and cluster them by ``expires_at`` so sweeps skip more files."""
+    retrying(lambda: store.spark.sql(f"OPTIMIZE delta.`{store.path}` ZORDER BY (expires_at)"),
+             what="OPTIMIZE")
+
+
+def vacuum(store, retention_ms: int, minimum_ms: int) -> None:
+    """VACUUM, refusing a retention that could remove change data or versions still needed
+    (by the changelog publisher's worst lag plus the drills' time-travel window)."""
+    if retention_ms < minimum_ms:
+        raise ConfigError(
+            f"maintenance.vacuum_retention ({retention_ms} ms) is shorter than "
+            f"maintenance.publisher_max_lag + maintenance.drill_window ({minimum_ms} ms): "
+            "VACUUM would remove change data the publisher or drills still need")
+    hours = max(1, -(-retention_ms // 3_600_000))
+    store.spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    store.spark.sql(f"VACUUM delta.`{store.path}` RETAIN {hours} HOURS")

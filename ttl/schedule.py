@@ -1,0 +1,99 @@
+"""APScheduler wiring: wall-clock sweeps, OPTIMIZE and VACUUM (later: drills).
+
+Used two ways with the same jobs: a ``BackgroundScheduler`` inside the streaming driver (its
+writes serialized with the micro-batches through one lock) and a ``BlockingScheduler`` for
+the standalone daemon ``ttl schedule`` (stores whose stream is not running; it skips while
+a stream holds the store's lease). Never two runs of a job at once (``max_instances=1``),
+missed runs coalesce into one, and a failed run is logged and tried again at the next tick.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.schedulers.blocking import BlockingScheduler
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
+from ttl import eviction
+from ttl.config import Config
+
+log = logging.getLogger(__name__)
+
+
+class StoreJobs:
+    """The scheduled work of one store; every write holds ``lock``."""
+
+    def __init__(self, store, conf: Config, *, lock: threading.Lock | None = None,
+                 publish: Callable[[], object] | None = None, lease=None) -> None:
+        self.store = store
+        self.conf = conf
+        self.lock = lock or threading.Lock()
+        self.publish = publish
+        self.lease = lease  # standalone daemon: skip while a stream holds the lease
+        self.last_sweep: eviction.SweepResult | None = None
+
+    def _owned_elsewhere(self, what: str) -> bool:
+        other = self.lease.held_by_other() if self.lease is not None else None
+        if other is not None:
+            log.info("%s skipped: the stream owns the table (lease held by %s)", what,
+                     other.holder)
+            return True
+        return False
+
+    def _guarded(self, what: str, action: Callable[[], object]) -> object | None:
+        if self._owned_elsewhere(what):
+            return None
+        try:
+            with self.lock:
+                result = action()
+                if self.publish is not None:
+                    self.publish()
+            return result
+        except Exception:  # noqa: BLE001 - logged; the next tick tries again
+            log.exception("%s failed; will retry at the next tick", what)
+            return None
+
+    def wall_sweep(self) -> eviction.SweepResult | None:
+        result = self._guarded("wall sweep", lambda: eviction.sweep(self.store, "wall"))
+        if result is not None:
+            self.last_sweep = result  # type: ignore[assignment]
+        return result  # type: ignore[return-value]
+
+    def optimize(self) -> None:
+        self._guarded("optimize", lambda: eviction.optimize(self.store))
+
+    def vacuum(self) -> None:
+        m = self.conf.maintenance
+        self._guarded("vacuum", lambda: eviction.vacuum(self.store, m.vacuum_retention,
+                                                        m.minimum_retention))
+
+
+def _seconds(ms: int) -> float:
+    return ms / 1000.0
+
+
+def build(conf: Config, jobs: StoreJobs, *, blocking: bool, extra: dict | None = None):
+    """A scheduler with the store's jobs; ``extra`` maps names to (callable, trigger)."""
+    defaults = {"max_instances": 1, "coalesce": True,
+                "misfire_grace_time": max(1, int(_seconds(conf.eviction.misfire_grace)))}
+    scheduler = (BlockingScheduler if blocking else BackgroundScheduler)(
+        job_defaults=defaults, timezone="UTC")
+    ev = conf.eviction
+    if ev.clock in ("wall", "both"):
+        trigger = (CronTrigger.from_crontab(ev.cron, timezone="UTC") if ev.cron
+                   else IntervalTrigger(seconds=_seconds(ev.interval)))
+        scheduler.add_job(jobs.wall_sweep, trigger, id="wall-sweep", name="wall-clock sweep")
+    m = conf.maintenance
+    if m.optimize_interval:
+        scheduler.add_job(jobs.optimize, IntervalTrigger(seconds=_seconds(m.optimize_interval)),
+                          id="optimize", name="OPTIMIZE")
+    if m.vacuum_interval:
+        scheduler.add_job(jobs.vacuum, IntervalTrigger(seconds=_seconds(m.vacuum_interval)),
+                          id="vacuum", name="VACUUM")
+    for name, (func, trigger) in (extra or {}).items():
+        scheduler.add_job(func, trigger, id=name, name=name)
+    return scheduler
