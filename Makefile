@@ -17,7 +17,7 @@ setup: $(STAMP)
 	$(VENV)/bin/ttl setup
 
 run: setup
-	$(VENV)/bin/ttl demo
+	$(VENV)/bin/ttl run --conf conf/local.toml --demo 50
 
 test: setup
 	$(VENV)/bin/pytest

@@ -19,6 +19,7 @@ def _logging(verbose: bool) -> None:
         stream=sys.stderr,
     )
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)
 
 
 @click.group()
@@ -69,6 +70,156 @@ def broker(data_dir: Path | None) -> None:
         pass
     finally:
         kafka.stop()
+
+
+# -- the store's jobs ----------------------------------------------------------------------
+
+CONF = click.option("--conf", "conf_path", type=click.Path(path_type=Path),
+                    default=Path("conf/local.toml"), show_default=True,
+                    help="The store's configuration profile.")
+
+
+def _load(conf_path: Path):
+    from ttl import config
+
+    return config.load(conf_path)
+
+
+@main.command("run")
+@CONF
+@click.option("--available-now", is_flag=True,
+              help="Process everything now in the input topic, then exit 0.")
+@click.option("--demo", "demo_seconds", type=int, default=None,
+              help="Embedded demo: feed sample input, run this many seconds, print a summary.")
+def run_cmd(conf_path: Path, available_now: bool, demo_seconds: int | None) -> None:
+    """Run the streaming job (Kafka in, store, eviction, changelog out)."""
+    from ttl import stream
+
+    conf = _load(conf_path)
+    summary = stream.run_from_config(conf, available_now=available_now,
+                                     demo_seconds=demo_seconds)
+    click.echo(summary)
+
+
+@main.command("produce-sample")
+@CONF
+@click.option("--bootstrap", required=True, help="Kafka bootstrap servers.")
+@click.option("--keys", default=200, show_default=True)
+@click.option("--records", default=2000, show_default=True)
+@click.option("--rate", default=200.0, show_default=True, help="Records per second.")
+def produce_sample(conf_path: Path, bootstrap: str, keys: int, records: int,
+                   rate: float) -> None:
+    """Write sample input (out-of-order and negative timestamps, deletes, headers)."""
+    from ttl import sample
+
+    conf = _load(conf_path)
+    sent = sample.produce(bootstrap, conf.kafka.input_topic,
+                          sample.SampleSpec(keys=keys, records=records, rate=rate),
+                          client_config=conf.kafka.client_config(bootstrap))
+    click.echo(f"produced {sent} records to {conf.kafka.input_topic}")
+
+
+@main.command()
+@CONF
+@click.option("--clock", type=click.Choice(["wall", "stream"]), default="wall",
+              show_default=True)
+@click.option("--now", "now_ms", type=int, default=None, help="Sweep at this clock value (ms).")
+@click.option("--dry-run", is_flag=True, help="Count what would be evicted; change nothing.")
+@click.option("--ttl", "proposed_ttl", default=None,
+              help="With --dry-run: what would this store TTL evict now?")
+def evict(conf_path: Path, clock: str, now_ms: int | None, dry_run: bool,
+          proposed_ttl: str | None) -> None:
+    """Run one sweep (skips, exit 0, while a stream owns the table)."""
+    from ttl import jobs_support
+
+    click.echo(jobs_support.evict(_load(conf_path), clock, now_ms, dry_run, proposed_ttl))
+
+
+@main.command()
+@CONF
+@click.option("--ttl", "new_ttl", required=True, help="New store TTL (e.g. 1d) or 'none'.")
+@click.option("--dry-run", is_flag=True)
+def alter(conf_path: Path, new_ttl: str, dry_run: bool) -> None:
+    """Change the store TTL: recompute expires_at in one commit (published)."""
+    from ttl import jobs_support
+
+    click.echo(jobs_support.alter(_load(conf_path), new_ttl, dry_run))
+
+
+@main.command()
+@CONF
+def status(conf_path: Path) -> None:
+    """Entries, expired-not-swept, stream time, last sweep, changelog lag, dead letters."""
+    from ttl import jobs_support
+
+    for key, value in jobs_support.status(_load(conf_path)).items():
+        click.echo(f"{key:>24}: {value}")
+
+
+@main.command("schedule")
+@CONF
+def schedule_cmd(conf_path: Path) -> None:
+    """Run wall-clock sweeps and maintenance on their schedule until SIGTERM."""
+    from ttl import jobs_support
+
+    jobs_support.schedule_daemon(_load(conf_path))
+
+
+@main.group()
+def topic() -> None:
+    """Create or check the changelog topics."""
+
+
+@topic.command("create")
+@CONF
+@click.option("--bootstrap", default=None, help="Override kafka.bootstrap_servers.")
+def topic_create(conf_path: Path, bootstrap: str | None) -> None:
+    from ttl.changelog import topic as topics
+
+    conf = _load(conf_path)
+    created = topics.create(conf.kafka, conf.changelog, bootstrap or conf.kafka.bootstrap_servers)
+    click.echo(f"created: {', '.join(created) or 'nothing (topics exist)'}")
+
+
+@topic.command("check")
+@CONF
+@click.option("--bootstrap", default=None, help="Override kafka.bootstrap_servers.")
+def topic_check(conf_path: Path, bootstrap: str | None) -> None:
+    from ttl.changelog import topic as topics
+
+    conf = _load(conf_path)
+    state = topics.check(conf.kafka, bootstrap or conf.kafka.bootstrap_servers, None)
+    click.echo(f"{state.name}: ok ({state.partitions} partitions, "
+               f"cleanup.policy={state.settings.get('cleanup.policy')})")
+
+
+@main.command()
+@CONF
+@click.argument("key")
+def get(conf_path: Path, key: str) -> None:
+    """Print a key's live value, timestamp and headers."""
+    from ttl import runtime
+
+    conf = _load(conf_path)
+    store = runtime.open_store(conf, runtime.session(conf))
+    found = store.get_with_timestamp(key.encode())
+    click.echo("(no live entry)" if found is None else
+               f"value={found.value!r} ts={found.timestamp} headers={list(found.headers)}")
+
+
+@main.command()
+@CONF
+@click.option("--limit", default=20, show_default=True)
+def scan(conf_path: Path, limit: int) -> None:
+    """Print live entries in key order."""
+    from ttl import runtime
+
+    conf = _load(conf_path)
+    store = runtime.open_store(conf, runtime.session(conf))
+    for i, (key, entry) in enumerate(store.all()):
+        if i >= limit:
+            break
+        click.echo(f"{key!r}: value={entry.value!r} ts={entry.timestamp}")
 
 
 def run() -> None:

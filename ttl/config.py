@@ -51,6 +51,14 @@ def parse_duration_ms(raw: Any) -> int:
     raise ValueError(f"{raw!r} is not a duration (use e.g. '500ms', '30s', '5m', '2h', '7d')")
 
 
+def absolute_location(raw: Any) -> Any:
+    """Local paths become absolute (Delta's path identifiers need it); URIs stay as they are."""
+    if isinstance(raw, str) and "://" not in raw and not raw.startswith("/"):
+        return str(Path(raw).resolve())
+    return raw
+
+
+Location = Annotated[str, BeforeValidator(absolute_location)]
 DurationMs = Annotated[int, BeforeValidator(parse_duration_ms), Field(gt=0)]
 NonNegDurationMs = Annotated[int, BeforeValidator(parse_duration_ms), Field(ge=0)]
 
@@ -63,14 +71,14 @@ class StoreConfig(_Section):
     """The store: its Delta table and the write semantics of BRIEF §3."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
-    path: str
+    path: Location
     ttl: DurationMs | None = None
     late_records: Literal["update", "drop"] = "update"
     missing_timestamp: Literal["reject", "ingest_time"] = "reject"
     max_future: DurationMs = 86_400_000
     max_value_bytes: int = Field(default=1_048_576, gt=0)
     max_headers_bytes: int = Field(default=65_536, gt=0)
-    dead_letter_path: str | None = None
+    dead_letter_path: Location | None = None
 
     @property
     def dead_letters(self) -> str:
@@ -161,7 +169,7 @@ class MaintenanceConfig(_Section):
 
 
 class StreamConfig(_Section):
-    checkpoint: str
+    checkpoint: Location
     trigger: DurationMs = 2_000
     max_offsets_per_trigger: int = Field(default=100_000, gt=0)
 

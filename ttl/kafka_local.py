@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import base64
 import ctypes
+import json
 import logging
 import os
 import shutil
@@ -64,12 +65,20 @@ class LocalKafka:
 
     def __init__(self, data_dir: str | Path | None = None, *, heap: str = "512m") -> None:
         self._owns_dir = data_dir is None
-        self.data_dir = Path(data_dir or tempfile.mkdtemp(prefix="ttl-kafka-"))
+        self.data_dir = Path(data_dir or tempfile.mkdtemp(prefix="ttl-kafka-")).resolve()
         self.heap = heap
-        self.port = free_port()
-        self.controller_port = free_port()
+        self.port, self.controller_port = self._ports()
         self.process: subprocess.Popen | None = None
         self.startup_seconds: float | None = None
+
+    def _ports(self) -> tuple[int, int]:
+        """Free ports, or the ones a kept data directory used before (its metadata log
+        records the controller's endpoint, so a restarted broker must reuse them)."""
+        saved = self.data_dir / "ports.json"
+        if saved.exists():
+            ports = json.loads(saved.read_text())
+            return ports["broker"], ports["controller"]
+        return free_port(), free_port()
 
     @property
     def bootstrap_servers(self) -> str:
@@ -128,10 +137,13 @@ class LocalKafka:
         config.write_text(self._properties())
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         with self.log_file.open("ab") as out:
-            fmt = self._java("kafka.tools.StorageTool", "format", "--standalone",
-                             "-t", cluster_id, "-c", str(config), log_to=out)
-            if fmt.wait(timeout=120) != 0:
-                raise BrokerError(f"formatting Kafka storage failed; see {self.log_file}")
+            if not (self.data_dir / "logs" / "meta.properties").exists():
+                fmt = self._java("kafka.tools.StorageTool", "format", "--standalone",
+                                 "-t", cluster_id, "-c", str(config), log_to=out)
+                if fmt.wait(timeout=120) != 0:
+                    raise BrokerError(f"formatting Kafka storage failed; see {self.log_file}")
+                (self.data_dir / "ports.json").write_text(json.dumps(
+                    {"broker": self.port, "controller": self.controller_port}))
             self.process = self._java("kafka.Kafka", str(config), log_to=out)
         atexit.register(self.stop)
         self._wait_ready(started + timeout)

@@ -35,6 +35,7 @@ class StoreJobs:
         self.publish = publish
         self.lease = lease  # standalone daemon: skip while a stream holds the lease
         self.last_sweep: eviction.SweepResult | None = None
+        self.evicted_total = 0
 
     def _owned_elsewhere(self, what: str) -> bool:
         other = self.lease.held_by_other() if self.lease is not None else None
@@ -61,6 +62,7 @@ class StoreJobs:
         result = self._guarded("wall sweep", lambda: eviction.sweep(self.store, "wall"))
         if result is not None:
             self.last_sweep = result  # type: ignore[assignment]
+            self.evicted_total += result.evicted  # type: ignore[union-attr]
         return result  # type: ignore[return-value]
 
     def optimize(self) -> None:

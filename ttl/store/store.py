@@ -8,6 +8,7 @@ batches, so there is one write semantics.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
@@ -46,6 +47,13 @@ class DeltaStore:
         layout.ensure_dead_letter_table(self.spark, self.dead_letter_path)
         self.stream_time = StreamTime(self.recover_stream_time())
         self._api_offset = 0
+
+    def for_thread(self) -> DeltaStore:
+        """The same store for another writer thread: its own Spark session (commit settings
+        are per session and shared by its threads), the same stream time and settings."""
+        twin = copy.copy(self)
+        twin.spark = self.spark.newSession()
+        return twin
 
     # -- stream time and clocks -------------------------------------------------------------
 

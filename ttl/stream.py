@@ -1,0 +1,274 @@
+"""The streaming job: Kafka in, store, eviction and changelog out (BRIEF §1, §3-§6).
+
+Per micro-batch (``foreachBatch``, under the store's write lock):
+
+1. convert Spark's Kafka rows (timestamp in ms, headers, partition, offset);
+2. apply them to the store in one commit with the idempotent txn id
+   ``ttl:<store>:batch:<query id>`` / batch id, so a batch replayed after a crash is not
+   applied twice (a new checkpoint gets a new query id, so restarting batch ids cannot
+   collide); the commit records the input offsets it consumed and the stream time;
+3. run a stream-time sweep when stream time has advanced ``eviction.stream_interval``;
+4. publish the changelog up to the new version (one fenced transactional publisher).
+
+Wall-clock sweeps run on the driver's APScheduler, in their own Spark session, serialized
+with the batches through the same lock. The job holds the store's lease while it runs.
+SIGTERM/SIGINT stop the query (an interrupted batch is abandoned: its commit is atomic and
+the batch is replayed on restart), then the scheduler, the final publication and the lease.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+
+from ttl import eviction, schedule
+from ttl.config import Config
+from ttl.errors import TtlError
+from ttl.lease import Lease
+
+log = logging.getLogger(__name__)
+batch_log = logging.getLogger("ttl.batch")
+
+
+class StreamOwned(TtlError):
+    """Another stream job holds the store's lease. Operator action: stop it first."""
+
+
+@dataclass
+class StreamSummary:
+    batches: int = 0
+    records: int = 0
+    upserted: int = 0
+    deleted: int = 0
+    rejected: int = 0
+    expired_on_arrival: int = 0
+    evicted: dict = field(default_factory=lambda: {"wall": 0, "stream": 0})
+    published: int = 0
+
+    def line(self) -> str:
+        return (f"batches={self.batches} records={self.records} upserted={self.upserted} "
+                f"deleted={self.deleted} rejected={self.rejected} "
+                f"expired_on_arrival={self.expired_on_arrival} "
+                f"evicted_wall={self.evicted['wall']} evicted_stream={self.evicted['stream']} "
+                f"changelog_records={self.published}")
+
+
+class StreamJob:
+    """One store's streaming query and everything that runs beside it."""
+
+    def __init__(self, conf: Config, spark, store, bootstrap: str, publisher) -> None:
+        self.conf = conf
+        self.spark = spark
+        self.store = store
+        self.bootstrap = bootstrap
+        self.publisher = publisher
+        self.lock = threading.Lock()
+        self.summary = StreamSummary()
+        self.lease = Lease(spark, store.path, duration_ms=conf.eviction.lease,
+                           holder=f"stream:{conf.store.name}")
+        self.sweeper = store.for_thread()  # wall sweeps: own session, same stream time
+        self.jobs = schedule.StoreJobs(self.sweeper, conf, lock=self.lock,
+                                       publish=self._publish)
+        self.query = None
+        self._query_started = threading.Event()
+        self.stopping = threading.Event()
+        self.end_offsets: dict[int, int] = {}
+        self._last_stream_sweep: int | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def run(self, *, available_now: bool = False) -> int:
+        if not self.lease.acquire():
+            other = self.lease.held_by_other()
+            raise StreamOwned(f"store {self.conf.store.name} is owned by "
+                              f"{other.holder if other else 'another writer'}")
+        self.lease.start_heartbeat(on_lost=self.stop)
+        scheduler = schedule.build(self.conf, self.jobs, blocking=False)
+        previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            for sig in previous:
+                signal.signal(sig, lambda *_: self.stop())
+            with self.lock:
+                self._publish()  # catch up on versions an earlier run left unpublished
+            scheduler.start()
+            if available_now:
+                self.end_offsets = input_end_offsets(self.conf, self.bootstrap)
+            self.query = self._start_query(available_now)
+            self._query_started.set()
+            log.info("stream %s started (query %s, checkpoint %s)", self.conf.store.name,
+                     self.query.id, self.conf.stream.checkpoint)
+            while self.query.isActive and not self.stopping.is_set():
+                self.query.awaitTermination(1)
+            if self.query.exception() is not None:
+                raise self.query.exception()
+            if available_now and self.conf.eviction.clock in ("wall", "both"):
+                self.jobs.wall_sweep()
+            return 0
+        finally:
+            if self.query is not None and self.query.isActive:
+                self.query.stop()
+            scheduler.shutdown(wait=True)
+            with self.lock:
+                self._publish()
+            self.publisher.close()
+            self.lease.release()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            self.summary.evicted["wall"] = self.jobs.evicted_total
+            log.info("stream %s stopped: %s", self.conf.store.name, self.summary.line())
+
+    def stop(self) -> None:
+        """Graceful stop (signal handler, lost lease): the main loop ends the query."""
+        self.stopping.set()
+
+    def _start_query(self, available_now: bool):
+        k, s = self.conf.kafka, self.conf.stream
+        reader = (self.spark.readStream.format("kafka")
+                  .option("kafka.bootstrap.servers", self.bootstrap)
+                  .option("subscribe", k.input_topic)
+                  .option("includeHeaders", "true")
+                  .option("startingOffsets", "earliest")
+                  .option("failOnDataLoss", "true")
+                  .option("maxOffsetsPerTrigger", s.max_offsets_per_trigger))
+        for key, value in k.client_config(self.bootstrap).items():
+            if key != "bootstrap.servers":
+                reader = reader.option(f"kafka.{key}", value)
+        writer = (reader.load().writeStream.foreachBatch(self._batch)
+                  .option("checkpointLocation", s.checkpoint)
+                  .queryName(f"ttl-{self.conf.store.name}"))
+        if available_now:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=f"{s.trigger} milliseconds")
+        return writer.start()
+
+    # -- one micro-batch ----------------------------------------------------------------------
+
+    def _batch(self, frame, batch_id: int) -> None:
+        from pyspark.sql import functions as F
+
+        started = time.monotonic()
+        records = frame.select(
+            "key", "value",
+            F.when(F.col("timestamp").isNull(), F.lit(-1))
+             .otherwise(F.unix_millis("timestamp")).alias("timestamp"),
+            "headers", "partition", "offset")
+        offsets = {str(r.partition): r.next for r in frame.groupBy("partition")
+                   .agg((F.max("offset") + 1).alias("next")).collect()}
+        self._query_started.wait()  # the first batch can start before start() returns
+        query_id = self.query.id
+        txn = (f"ttl:{self.conf.store.name}:batch:{query_id}", batch_id)
+        with self.lock:
+            result = self.store.apply_batch(
+                records, metadata={"input_offsets": offsets, "batch_id": batch_id,
+                                   "query_id": query_id}, txn=txn)
+            evicted = self._stream_sweep()
+            published = self._publish()
+        self._account(result, evicted, published)
+        batch_log.info(json.dumps({
+            "batch": batch_id, "records_in": result.counts.records,
+            "upserted": result.counts.upserted, "deleted": result.counts.deleted,
+            "delete_absent": result.counts.delete_absent,
+            "rejected": dict(result.counts.rejected),
+            "late_dropped": result.counts.late_dropped,
+            "expired_on_arrival": result.counts.expired_on_arrival,
+            "evicted": evicted, "changelog_records": published.records if published else 0,
+            "publication_lag_versions": published.lag_versions if published else None,
+            "duration_s": round(time.monotonic() - started, 2),
+            "stream_time": self.store.stream_time.value, "applied": result.applied,
+            "input_offsets": offsets, "catch_up": self._catch_up(offsets),
+        }, sort_keys=True))
+
+    def _catch_up(self, offsets: dict[str, int]) -> str | None:
+        if not self.end_offsets:
+            return None
+        done = sum(min(offsets.get(str(p), 0), end) for p, end in self.end_offsets.items())
+        return f"{done}/{sum(self.end_offsets.values())}"
+
+    def _stream_sweep(self) -> dict:
+        evicted = {"stream": 0}
+        if self.conf.eviction.clock not in ("stream", "both"):
+            return evicted
+        now = self.store.stream_time.value
+        if now is None:
+            return evicted
+        due = (self._last_stream_sweep is None
+               or now - self._last_stream_sweep >= self.conf.eviction.stream_interval)
+        if due:
+            evicted["stream"] = eviction.sweep(self.store, "stream", now).evicted
+            self._last_stream_sweep = now
+        return evicted
+
+    def _publish(self):
+        result = self.publisher.publish()
+        self.summary.published += result.records
+        return result
+
+    def _account(self, result, evicted: dict, published) -> None:
+        s = self.summary
+        s.batches += 1
+        s.records += result.counts.records
+        s.upserted += result.counts.upserted
+        s.deleted += result.counts.deleted
+        s.rejected += sum(result.counts.rejected.values())
+        s.expired_on_arrival += result.counts.expired_on_arrival
+        s.evicted["stream"] += evicted.get("stream", 0)
+        s.evicted["wall"] = self.jobs.evicted_total
+
+
+def input_end_offsets(conf: Config, bootstrap: str) -> dict[int, int]:
+    """The input topic's end offsets now: the target of an ``--available-now`` catch-up."""
+    import uuid
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({**conf.kafka.client_config(bootstrap), "group.id": f"ttl-{uuid.uuid4()}",
+                         "log_level": 3})
+    try:
+        meta = consumer.list_topics(conf.kafka.input_topic, timeout=30)
+        parts = meta.topics[conf.kafka.input_topic].partitions
+        return {p: consumer.get_watermark_offsets(TopicPartition(conf.kafka.input_topic, p),
+                                                  timeout=30)[1] for p in parts}
+    finally:
+        consumer.close()
+
+
+def run_from_config(conf: Config, *, available_now: bool = False,
+                    demo_seconds: int | None = None) -> str:
+    """Start everything a profile names, run the stream, return the closing summary.
+
+    With ``demo_seconds`` (the embedded default) a sample producer feeds the input topic
+    and the job stops itself after that many seconds.
+    """
+    from ttl import runtime, sample
+    from ttl.changelog import topic
+
+    with runtime.kafka_endpoint(conf) as bootstrap:
+        embedded = conf.kafka.bootstrap_servers == "embedded"
+        spark = runtime.session(conf)
+        runtime.ensure_input_topic(conf, bootstrap, create=embedded)
+        if embedded:
+            topic.create(conf.kafka, conf.changelog, bootstrap)
+        store = runtime.open_store(conf, spark)
+        rt = runtime.Runtime(conf, bootstrap, spark, store)
+        job = StreamJob(conf, spark, store, bootstrap, rt.publisher())
+        feeder = None
+        if demo_seconds:
+            spec = sample.SampleSpec(records=int(demo_seconds * 25), rate=50.0)
+            feeder = threading.Thread(target=sample.produce, daemon=True,
+                                      args=(bootstrap, conf.kafka.input_topic, spec),
+                                      kwargs={"stop": job.stopping})
+            feeder.start()
+            threading.Timer(demo_seconds, job.stop).start()
+            log.info("demo: feeding %d sample records over %d s into %s", spec.records,
+                     spec.records // 50, conf.kafka.input_topic)
+        job.run(available_now=available_now)
+        if feeder is not None:
+            feeder.join(timeout=30)
+        live = store.live_frame().count()
+        return (f"summary: {job.summary.line()} live_entries={live} "
+                f"stream_time={store.stream_time.value}")
