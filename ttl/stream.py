@@ -82,10 +82,7 @@ class StreamJob:
     # -- lifecycle ----------------------------------------------------------------------------
 
     def run(self, *, available_now: bool = False) -> int:
-        if not self.lease.acquire():
-            other = self.lease.held_by_other()
-            raise StreamOwned(f"store {self.conf.store.name} is owned by "
-                              f"{other.holder if other else 'another writer'}")
+        self._take_lease()
         self.lease.start_heartbeat(on_lost=self.stop)
         scheduler = schedule.build(self.conf, self.jobs, blocking=False)
         previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -120,6 +117,19 @@ class StreamJob:
                 signal.signal(sig, handler)
             self.summary.evicted["wall"] = self.jobs.evicted_total
             log.info("stream %s stopped: %s", self.conf.store.name, self.summary.line())
+
+    def _take_lease(self) -> None:
+        """Take the lease; a crashed predecessor's lease lapses within one lease period, so
+        wait that long (plus slack) before giving up."""
+        deadline = time.monotonic() + self.conf.eviction.lease / 1000 + 5
+        while not self.lease.acquire():
+            other = self.lease.held_by_other()
+            if time.monotonic() > deadline:
+                raise StreamOwned(f"store {self.conf.store.name} is owned by "
+                                  f"{other.holder if other else 'another writer'}")
+            log.info("waiting for the lease held by %s to lapse",
+                     other.holder if other else "another writer")
+            time.sleep(1)
 
     def stop(self) -> None:
         """Graceful stop (signal handler, lost lease): the main loop ends the query."""

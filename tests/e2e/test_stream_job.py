@@ -1,0 +1,267 @@
+"""The streaming job as a user runs it (``ttl run`` in a subprocess) against the real broker."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.support import consume_all, rebuild_from_changelog, wait_until
+from ttl.changelog import topic
+from ttl.changelog.publisher import read_progress
+from ttl.config import load
+from ttl.model import ReferenceStore, Semantics
+from ttl.record import InputRecord
+
+pytestmark = pytest.mark.e2e
+
+TTL_BIN = str(Path(sys.executable).parent / "ttl")
+DAY = 86_400_000
+
+
+def write_conf(tmp_path: Path, kafka, *, ttl: str = "1d", clock: str = "wall",
+               extra: str = "", max_offsets: int = 100_000, changelog_policy=None) -> Path:
+    name = f"e2e{uuid.uuid4().hex[:8]}"
+    conf = tmp_path / f"{name}.toml"
+    conf.write_text(f"""
+[store]
+name = "{name}"
+path = "{tmp_path / 'store'}"
+ttl = "{ttl}"
+[kafka]
+bootstrap_servers = "{kafka.bootstrap_servers}"
+input_topic = "{name}-in"
+changelog_topic = "{name}-cl"
+changelog_partitions = 2
+[eviction]
+clock = "{clock}"
+interval = "1s"
+lease = "4s"
+[maintenance]
+optimize_interval = "1d"
+vacuum_interval = "1d"
+[stream]
+checkpoint = "{tmp_path / 'checkpoint'}"
+trigger = "1s"
+max_offsets_per_trigger = {max_offsets}
+[spark.settings]
+"spark.sql.shuffle.partitions" = "2"
+{extra}
+""")
+    loaded = load(conf)
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    admin.create_topics([NewTopic(loaded.kafka.input_topic, 2, 1)])[
+        loaded.kafka.input_topic].result()
+    if changelog_policy is None:
+        topic.create(loaded.kafka, loaded.changelog, kafka.bootstrap_servers)
+    else:
+        for t in (loaded.kafka.changelog_topic, topic.progress_topic(loaded.kafka.changelog_topic)):
+            admin.create_topics([NewTopic(t, 2 if t.endswith("-cl") else 1, 1, config={
+                "cleanup.policy": changelog_policy})])[t].result()
+    return conf
+
+
+def produce(kafka, conf_path: Path, records: list[InputRecord]) -> None:
+    conf = load(conf_path)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers,
+                         "partitioner": "murmur2_random"})
+    for r in records:
+        producer.produce(conf.kafka.input_topic, key=r.key, value=r.value,
+                         headers=list(r.headers), partition=r.partition,
+                         timestamp=r.timestamp if r.timestamp and r.timestamp > 0 else 0)
+    assert producer.flush(30) == 0
+
+
+def ttl(*args: str, timeout: int = 300, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([TTL_BIN, *args], capture_output=True, text=True, timeout=timeout,
+                          **kw)
+
+
+def table_rows(spark, path: str) -> dict[bytes, tuple]:
+    return {bytes(r.key): (bytes(r.value), r.ts,
+                           tuple((h.key, None if h.value is None else bytes(h.value))
+                                 for h in r.headers))
+            for r in spark.read.format("delta").load(path).collect()}
+
+
+def crafted(now: int) -> list[InputRecord]:
+    """Out-of-order, negative timestamps, duplicates, deletes, headers, invalid records."""
+    h = (("h", b"1"), ("n", None), ("h", b"2"))
+    rows = [
+        (b"a", b"a1", now, h), (b"a", b"a0", now - 5_000, ()),            # out of order
+        (b"b", b"b1", now, (("ttl.ts", b"-315619200000"), ("ttl.ttl", str(400 * 365 * DAY)
+                                                           .encode()))),  # 1960
+        (b"c", b"c1", now, ()), (b"c", b"c1", now, ()),                   # duplicate
+        (b"d", b"d1", now, ()), (b"d", None, now, ()),                    # put then delete
+        (None, b"x", now, ()),                                            # null key
+        (b"e", b"e1", now, (("ttl.ttl", b"zero"),)),                      # bad engine header
+        (b"f", b"f1", now, (("ttl.op", b"put"),)),                        # reserved header
+        (b"g", None, now, ()),                                            # delete, absent
+    ]
+    return [InputRecord(k, v, ts, hd, 0, i) for i, (k, v, ts, hd) in enumerate(rows)]
+
+
+def test_available_now_processes_crafted_input_into_table_dead_letters_and_changelog(
+        spark, kafka, tmp_path):
+    conf_path = write_conf(tmp_path, kafka)
+    now = int(time.time() * 1000)
+    records = crafted(now)
+    produce(kafka, conf_path, records)
+    proc = ttl("run", "--conf", str(conf_path), "--available-now")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "records=11" in proc.stdout and "rejected=3" in proc.stdout
+    conf = load(conf_path)
+    model = ReferenceStore(Semantics(ttl=DAY))
+    model.apply_batch(records, now)
+    rows = table_rows(spark, conf.store.path)
+    assert set(rows) == set(model.entries) == {b"a", b"b", b"c"}
+    assert rows[b"a"] == (b"a0", now, ())                     # max ts kept, latest value
+    assert rows[b"b"][1] == -315_619_200_000
+    dead = spark.read.format("delta").load(conf.store.dead_letters).collect()
+    assert sorted(r.reason for r in dead) == ["bad_engine_header", "bad_engine_header",
+                                              "null_key"]
+    msgs = consume_all(kafka.bootstrap_servers, conf.kafka.changelog_topic, 3)
+    rebuilt = rebuild_from_changelog(msgs)
+    assert {k: v for k, (v, _) in rebuilt.items()} == {k: v[0] for k, v in rows.items()}
+    batch_lines = [json.loads(line.split("ttl.batch: ", 1)[1]) for line in
+                   proc.stderr.splitlines() if "ttl.batch: " in line]
+    assert batch_lines and batch_lines[-1]["catch_up"] == "11/11"
+
+
+def test_kill_9_mid_run_then_restart_equals_the_model_and_applies_no_batch_twice(
+        spark, kafka, tmp_path):
+    conf_path = write_conf(tmp_path, kafka, max_offsets=150)
+    conf = load(conf_path)
+    now = int(time.time() * 1000)
+    keys = [f"k{i}".encode() for i in range(40)]
+    records = []
+    for i in range(1_500):
+        key = keys[(i * 7) % 40]
+        value = None if i % 11 == 0 else f"v{i}".encode()
+        ts = now - (i % 13) * 100
+        records.append(InputRecord(key, value, ts, (("i", str(i).encode()),),
+                                   0 if key < b"k2" else 1, i))
+    produce(kafka, conf_path, records)
+    first = subprocess.Popen([TTL_BIN, "run", "--conf", str(conf_path), "--available-now"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+    log_dir = Path(conf.store.path) / "_delta_log"
+    wait_until(lambda: len(list(log_dir.glob("*.json"))) >= 4 or first.poll() is not None,
+               timeout=240, interval=0.05, what="a few committed batches")
+    assert first.poll() is None, "the job finished before it could be killed"
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    proc = ttl("run", "--conf", str(conf_path), "--available-now")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    model = ReferenceStore(Semantics(ttl=DAY))
+    ordered = sorted(records, key=lambda r: (r.partition, r.offset))
+    model.apply_batch(ordered, now)
+    expected = {k: (e.value, e.ts, e.headers) for k, e in model.entries.items()}
+    rows = table_rows(spark, conf.store.path)
+    assert rows == expected
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{conf.store.path}`").collect()
+    batches = [json.loads(r.userMetadata) for r in history
+               if r.userMetadata and '"op":"batch"' in r.userMetadata]
+    applied = [(b["query_id"], b["batch_id"]) for b in batches]
+    assert len(applied) == len(set(applied)), "a batch was applied twice"
+    full = _consume_everything(kafka, conf.kafka.changelog_topic)
+    assert {k: v for k, (v, _) in rebuild_from_changelog(full).items()} == \
+        {k: v[0] for k, v in rows.items()}
+
+
+def _consume_everything(kafka, name: str) -> list:
+    """Every committed record of ``name``, read until each partition reports its end."""
+    from confluent_kafka import Consumer
+
+    msgs: list = []
+    deadline = time.monotonic() + 60
+    consumer = Consumer({"bootstrap.servers": kafka.bootstrap_servers,
+                         "group.id": f"all-{uuid.uuid4().hex}", "auto.offset.reset": "earliest",
+                         "isolation.level": "read_committed", "enable.partition.eof": True})
+    consumer.subscribe([name])
+    eof: set[int] = set()
+    parts = None
+    try:
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                if msg.error().code() == -191:
+                    eof.add(msg.partition())
+                    parts = parts or len(consumer.assignment())
+                    if parts and len(eof) >= parts:
+                        break
+                continue
+            msgs.append(msg)
+    finally:
+        consumer.close()
+    assert parts and len(eof) >= parts, f"did not reach the end of {name}"
+    return msgs
+
+
+def test_sigterm_stops_cleanly_with_everything_published(spark, kafka, tmp_path):
+    conf_path = write_conf(tmp_path, kafka)
+    conf = load(conf_path)
+    now = int(time.time() * 1000)
+    produce(kafka, conf_path, [InputRecord(f"k{i}".encode(), b"v", now, (), i % 2, i)
+                               for i in range(200)])
+    job = subprocess.Popen([TTL_BIN, "run", "--conf", str(conf_path)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log_dir = Path(conf.store.path) / "_delta_log"
+    wait_until(lambda: len(list(log_dir.glob("*.json"))) >= 3, timeout=180,
+               what="the first batch commit")
+    job.send_signal(signal.SIGTERM)
+    out, err = job.communicate(timeout=120)
+    assert job.returncode == 0, err[-4000:]
+    assert "stopped:" in err
+    version = spark.sql(f"DESCRIBE HISTORY delta.`{conf.store.path}` LIMIT 1").first().version
+    progress = read_progress(conf.kafka, kafka.bootstrap_servers,
+                             topic.progress_topic(conf.kafka.changelog_topic))
+    assert progress.version == version  # the last version is fully published
+
+
+def test_idle_input_keys_expire_with_tombstones_while_no_records_arrive(spark, kafka,
+                                                                       tmp_path):
+    conf_path = write_conf(tmp_path, kafka, ttl="3s")
+    conf = load(conf_path)
+    now = int(time.time() * 1000)
+    produce(kafka, conf_path, [InputRecord(b"idle-a", b"v", now, (), 0, 0),
+                               InputRecord(b"idle-b", b"v", now, (), 1, 0)])
+    job = subprocess.Popen([TTL_BIN, "run", "--conf", str(conf_path)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        msgs = consume_all(kafka.bootstrap_servers, conf.kafka.changelog_topic, 4,
+                           timeout=180)
+    finally:
+        job.send_signal(signal.SIGTERM)
+        job.wait(timeout=120)
+    tombstones = {m.key(): dict(m.headers()) for m in msgs if m.value() is None}
+    assert set(tombstones) == {b"idle-a", b"idle-b"}
+    assert {h["ttl.op"] for h in tombstones.values()} == {b"expire"}
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ("[extra]\nx = 1", "extra"),
+    ("", "kafka.input_topic"),
+    ("", "cleanup.policy"),
+])
+def test_bad_configuration_fails_at_start_naming_the_setting(kafka, tmp_path, change,
+                                                             message):
+    policy = "delete" if message == "cleanup.policy" else None
+    conf_path = write_conf(tmp_path, kafka, extra=change, changelog_policy=policy)
+    if message == "kafka.input_topic":
+        text = conf_path.read_text().replace('input_topic = "', 'input_topic = "missing-')
+        conf_path.write_text(text)
+    proc = ttl("run", "--conf", str(conf_path), "--available-now", timeout=180)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert message in proc.stderr
