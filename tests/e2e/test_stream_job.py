@@ -232,19 +232,22 @@ def test_sigterm_stops_cleanly_with_everything_published(spark, kafka, tmp_path)
 
 def test_idle_input_keys_expire_with_tombstones_while_no_records_arrive(spark, kafka,
                                                                        tmp_path):
-    conf_path = write_conf(tmp_path, kafka, ttl="3s")
+    conf_path = write_conf(tmp_path, kafka, ttl="45s")  # outlives the job's start-up
     conf = load(conf_path)
     now = int(time.time() * 1000)
     produce(kafka, conf_path, [InputRecord(b"idle-a", b"v", now, (), 0, 0),
                                InputRecord(b"idle-b", b"v", now, (), 1, 0)])
+    log = (tmp_path / "job.log").open("w")
     job = subprocess.Popen([TTL_BIN, "run", "--conf", str(conf_path)],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                           stdout=log, stderr=subprocess.STDOUT)
     try:
         msgs = consume_all(kafka.bootstrap_servers, conf.kafka.changelog_topic, 4,
                            timeout=180)
     finally:
         job.send_signal(signal.SIGTERM)
         job.wait(timeout=120)
+        log.close()
+        print((tmp_path / "job.log").read_text()[-5000:])
     tombstones = {m.key(): dict(m.headers()) for m in msgs if m.value() is None}
     assert set(tombstones) == {b"idle-a", b"idle-b"}
     assert {h["ttl.op"] for h in tombstones.values()} == {b"expire"}
