@@ -23,8 +23,14 @@ LOG4J2 = CONF_DIR / "log4j2.properties"
 
 
 def read_spark_defaults(path: Path = SPARK_DEFAULTS) -> dict[str, str]:
-    """Parse a ``spark-defaults.conf`` (``key  value`` per line, ``#`` comments)."""
+    """Parse a ``spark-defaults.conf`` (``key  value`` per line, ``#`` comments).
+
+    Under spark-submit the package may run from a shipped wheel without ``conf/``; the
+    defaults then came with ``--properties-file`` already, so a missing file is no settings.
+    """
     settings: dict[str, str] = {}
+    if not path.exists():
+        return settings
     for line in path.read_text().splitlines():
         line = line.strip()
         if not line or line.startswith("#"):
@@ -46,11 +52,13 @@ def session_settings(
         **conf.settings,
         **(overrides or {}),
     }
-    if "spark.jars" not in settings and "spark.jars.packages" not in settings:
+    under_submit = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit passed jars already
+    if not under_submit and "spark.jars" not in settings and "spark.jars.packages" not in settings:
         settings["spark.jars"] = ",".join(str(p) for p in jars.jars("spark"))
-    java_opts = f"-Dlog4j2.configurationFile=file:{LOG4J2}"
-    for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
-        settings[key] = f"{java_opts} {settings.get(key, '')}".strip()
+    if LOG4J2.exists():
+        java_opts = f"-Dlog4j2.configurationFile=file:{LOG4J2}"
+        for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
+            settings[key] = f"{java_opts} {settings.get(key, '')}".strip()
     return settings
 
 

@@ -171,7 +171,8 @@ class Publisher:
     def _metadata(self, start: int, end: int) -> dict[int, dict]:
         from delta.tables import DeltaTable
 
-        rows = (DeltaTable.forPath(self.spark, self.path).history()
+        latest = DeltaTable.forPath(self.spark, self.path).history(1).first()["version"]
+        rows = (DeltaTable.forPath(self.spark, self.path).history(latest - start + 1)
                 .where(f"version BETWEEN {start} AND {end}")
                 .select("version", "userMetadata").collect())
         return {r.version: commit.decode(r.userMetadata) or {} for r in rows}
@@ -226,6 +227,13 @@ class Publisher:
                 else:
                     result.puts += 1
                 pending = next(rows, None)
+                if in_txn >= self.conf.max_records_per_transaction:
+                    # A huge version spans transactions (each must end within the broker's
+                    # transaction timeout). Progress only moves at a version's end, so after
+                    # a crash the version is republished whole: repeated, never skipped.
+                    self._commit(with_progress=False)
+                    in_txn = 0
+                    self.producer.begin_transaction()
             result.versions += 1
             self.progress.version = version
             if in_txn >= self.conf.max_records_per_transaction or version == end:
@@ -266,9 +274,10 @@ class Publisher:
             except BufferError:
                 self.producer.poll(0.05)
 
-    def _commit(self) -> None:
-        self._produce(self.progress_topic, PROGRESS_KEY,
-                      self.progress.to_json(self.store, self.clock.now_ms()), ())
+    def _commit(self, with_progress: bool = True) -> None:
+        if with_progress:
+            self._produce(self.progress_topic, PROGRESS_KEY,
+                          self.progress.to_json(self.store, self.clock.now_ms()), ())
         try:
             self.producer.commit_transaction(self.conf.transaction_timeout / 1000)
         except KafkaException as exc:
