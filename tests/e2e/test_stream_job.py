@@ -255,13 +255,21 @@ def test_idle_input_keys_expire_with_tombstones_while_no_records_arrive(spark, k
 
 @pytest.mark.parametrize(("change", "message"), [
     ("[extra]\nx = 1", "extra"),
+    ('[stream.x]\ny = 1', "stream.x"),
+    ("max_offsets_per_trigger = 100000|max_offsets_per_trigger = \"lots\"",
+     "stream.max_offsets_per_trigger"),
     ("", "kafka.input_topic"),
     ("", "cleanup.policy"),
 ])
 def test_bad_configuration_fails_at_start_naming_the_setting(kafka, tmp_path, change,
                                                              message):
     policy = "delete" if message == "cleanup.policy" else None
-    conf_path = write_conf(tmp_path, kafka, extra=change, changelog_policy=policy)
+    conf_path = write_conf(tmp_path, kafka, changelog_policy=policy)
+    if "|" in change:  # a replacement: old|new
+        old, new = change.split("|")
+        conf_path.write_text(conf_path.read_text().replace(old, new))
+    else:
+        conf_path.write_text(conf_path.read_text() + "\n" + change + "\n")
     if message == "kafka.input_topic":
         text = conf_path.read_text().replace('input_topic = "', 'input_topic = "missing-')
         conf_path.write_text(text)
