@@ -222,6 +222,44 @@ def scan(conf_path: Path, limit: int) -> None:
         click.echo(f"{key!r}: value={entry.value!r} ts={entry.timestamp}")
 
 
+@main.command("restore")
+@CONF
+@click.option("--bootstrap", default=None, help="Override kafka.bootstrap_servers.")
+@click.option("--target", default=None, help="Restore into this path instead of the store.")
+@click.option("--until-version", type=int, default=None, help="Stop at this ttl.version.")
+@click.option("--converter", type=click.Choice(["engine", "plain"]), default="engine",
+              help="plain: a foreign changelog (value bytes, record timestamp, headers).")
+@click.option("--topic", "source_topic", default=None, help="Read this topic instead.")
+def restore_cmd(conf_path: Path, bootstrap: str | None, target: str | None,
+                until_version: int | None, converter: str, source_topic: str | None) -> None:
+    """Rebuild the table from the changelog (one commit), then sweep and publish."""
+    from ttl import jobs_support
+
+    conf = _load(conf_path)
+    click.echo(jobs_support.restore_store(
+        conf, bootstrap or conf.kafka.bootstrap_servers, target=target,
+        until_version=until_version, converter=converter, source_topic=source_topic))
+
+
+@main.command("drill")
+@CONF
+@click.option("--bootstrap", default=None, help="Override kafka.bootstrap_servers.")
+@click.option("--report", type=click.Path(path_type=Path), default=None,
+              help="Write the JSON report here.")
+@click.option("--topic", "source_topic", default=None, help="Drill against this topic.")
+def drill_cmd(conf_path: Path, bootstrap: str | None, report: Path | None,
+              source_topic: str | None) -> None:
+    """Restore into scratch and diff with the table; exit 0 only on an exact match."""
+    from ttl import jobs_support
+
+    conf = _load(conf_path)
+    result = jobs_support.drill(conf, bootstrap or conf.kafka.bootstrap_servers, report,
+                                source_topic)
+    click.echo(result.summary())
+    if not result.match:
+        sys.exit(1)
+
+
 def run() -> None:
     """Entry point that turns engine errors into one readable line and exit code 2."""
     try:

@@ -141,3 +141,51 @@ def schedule_daemon(conf: Config) -> None:
     finally:
         if publisher is not None:
             publisher.close()
+
+
+def restore_store(conf: Config, bootstrap: str, *, target: str | None = None,
+                  until_version: int | None = None, converter: str = "engine",
+                  source_topic: str | None = None, sweep_after: bool = True) -> str:
+    """``ttl restore``: rebuild a table from the changelog.
+
+    Into the store's own table (disaster recovery, the default): refused under a live
+    stream lease; then a sweep removes what expired meanwhile (with tombstones), and the
+    publisher's progress moves to the restore's version, so the stream resumes after it.
+    """
+    from ttl import restore as restore_mod
+
+    spark = runtime.session(conf)
+    into_store = target is None or target == conf.store.path
+    path = conf.store.path if into_store else target
+    if into_store:
+        other = Lease(spark, path).held_by_other()
+        if other is not None:
+            return SKIPPED.format(holder=other.holder)
+    result = restore_mod.restore(spark, conf, bootstrap, path, converter=converter,
+                                 until_version=until_version, source_topic=source_topic)
+    lines = [result.summary()]
+    if into_store and sweep_after:
+        store = runtime.open_store(conf, spark)
+        rt = runtime.Runtime(conf, bootstrap, spark, store)
+        publisher = rt.publisher()
+        publisher.reset_progress(result.version, store.stream_time.value, result.input_offsets)
+        swept = eviction.sweep(store, "wall")
+        lines.append(swept.summary())
+        if conf.eviction.clock in ("stream", "both"):
+            lines.append(eviction.sweep(store, "stream").summary())
+        published = publisher.publish()
+        publisher.close()
+        lines.append(f"changelog: published {published.records} records (the sweep's "
+                     f"tombstones) up to version {published.published_version}")
+        lines.append(f"input resumes at {result.input_offsets or 'the checkpoint'}: see the "
+                     "README's restore runbook")
+    return "\n".join(lines)
+
+
+def drill(conf: Config, bootstrap: str, report_path=None, source_topic: str | None = None):
+    """``ttl drill``: restore into scratch and diff with the table at the published version."""
+    from ttl import drill as drill_mod
+
+    spark = runtime.session(conf)
+    return drill_mod.run(spark, conf, bootstrap, report_path=report_path,
+                         source_topic=source_topic)

@@ -141,7 +141,7 @@ class StreamJob:
                   .option("kafka.bootstrap.servers", self.bootstrap)
                   .option("subscribe", k.input_topic)
                   .option("includeHeaders", "true")
-                  .option("startingOffsets", "earliest")
+                  .option("startingOffsets", self._starting_offsets())
                   .option("failOnDataLoss", "true")
                   .option("maxOffsetsPerTrigger", s.max_offsets_per_trigger))
         for key, value in k.client_config(self.bootstrap).items():
@@ -155,6 +155,23 @@ class StreamJob:
         else:
             writer = writer.trigger(processingTime=f"{s.trigger} milliseconds")
         return writer.start()
+
+    def _starting_offsets(self) -> str:
+        """Where a *new* checkpoint starts: right after the input the table last recorded
+        (a batch's or a restore's ``input_offsets``), else the earliest offsets. An existing
+        checkpoint ignores this (Spark resumes from it)."""
+        jvm = self.spark.sparkContext._jvm
+        hadoop = self.spark.sparkContext._jsc.hadoopConfiguration()
+        marker = jvm.org.apache.hadoop.fs.Path(self.conf.stream.checkpoint + "/offsets")
+        if marker.getFileSystem(hadoop).exists(marker):
+            return "earliest"
+        offsets = last_input_offsets(self.store)
+        if not offsets:
+            return "earliest"
+        log.info("new checkpoint: input resumes at %s (recorded in the table)", offsets)
+        partitions = input_end_offsets(self.conf, self.bootstrap)
+        start = {str(p): int(offsets.get(str(p), -2)) for p in partitions}  # -2: earliest
+        return json.dumps({self.conf.kafka.input_topic: start})
 
     # -- one micro-batch ----------------------------------------------------------------------
 
@@ -228,6 +245,21 @@ class StreamJob:
         s.expired_on_arrival += result.counts.expired_on_arrival
         s.evicted["stream"] += evicted.get("stream", 0)
         s.evicted["wall"] = self.jobs.evicted_total
+
+
+def last_input_offsets(store) -> dict:
+    """The input offsets recorded by the table's latest commit that has them."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    from ttl.store import commit
+
+    rows = (DeltaTable.forPath(store.spark, store.path).history()
+            .where(F.get_json_object("userMetadata", "$.input_offsets").isNotNull()
+                   & (F.get_json_object("userMetadata", "$.input_offsets") != "{}"))
+            .orderBy(F.col("version").desc()).limit(1).collect())
+    meta = commit.decode(rows[0].userMetadata) if rows else None
+    return (meta or {}).get("input_offsets") or {}
 
 
 def input_end_offsets(conf: Config, bootstrap: str) -> dict[int, int]:

@@ -92,6 +92,14 @@ def num_files(spark, path: str) -> int:
     return spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()["numFiles"]
 
 
+def size_mb(spark, path: str) -> float:
+    return spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()["sizeInBytes"] / 2**20
+
+
+def loadavg() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
 def commit_metrics(spark, path: str, version: int | None) -> dict[str, str]:
     if version is None:
         return {}
@@ -103,13 +111,17 @@ def commit_metrics(spark, path: str, version: int | None) -> dict[str, str]:
 
 
 def load_mixed(spark, path: str, keys: int, expired: int) -> None:
-    """One commit of ``keys`` rows in which every (keys/expired)-th row is expired at NOW
-    (like ``bulk_load``, but the expired rows are spread over every file)."""
+    """One commit of ``keys`` rows in which every (keys/expired)-th row is expired at NOW, so
+    the expired rows are spread over every file. Unlike ``bulk_load``, timestamps vary (live:
+    ``expires_at`` spread over a day after NOW + 7 d; expired: over the hour before NOW - 60 s)
+    the way a stream's writes do, so that clustering by ``expires_at`` has ranges to split."""
     from pyspark.sql import functions as F
 
     stride = max(1, keys // max(1, expired))
     is_expired = (F.col("id") % stride == 0) & (F.col("id") < stride * expired)
-    ts = F.when(is_expired, F.lit(EXPIRED_TS)).otherwise(F.lit(LIVE_TS)).cast("bigint")
+    jitter = F.abs(F.xxhash64(F.col("id"), F.lit(7)))
+    ts = F.when(is_expired, F.lit(EXPIRED_TS) - jitter % 3_600_000) \
+          .otherwise(F.lit(LIVE_TS) + jitter % 86_400_000).cast("bigint")
     key = F.concat(F.lit("k"), F.col("id").cast("string")).cast("binary")
     rows = spark.range(keys).select(
         key.alias("key"),
@@ -161,7 +173,7 @@ def ms(metrics: dict, key: str) -> str:
 
 def part1(spark, tables: Tables, keys: int) -> None:
     print(f"\n== 1. sweep cost, N={keys:,}, expired share 0.1 % / 1 % / 10 % "
-          "(layout: two bulk loads)", flush=True)
+          f"(layout: two bulk loads); loadavg {loadavg()}", flush=True)
     for share in SHARES:
         expired = max(1, round(keys * share))
         started = time.monotonic()
@@ -187,13 +199,14 @@ VARIANTS = (("separate", None), ("separate", "default"), ("mixed", None),
 def part2(spark, tables: Tables, sizes: list[int], small_file_mb: int) -> None:
     print(f"\n== 2. fixed {FIXED_EXPIRED:,} expired, N = {' vs '.join(f'{n:,}' for n in sizes)}"
           f"; optimize = OPTIMIZE ZORDER BY expires_at before the sweep (default target "
-          f"file size, or maxFileSize={small_file_mb} MB)", flush=True)
+          f"file size, or maxFileSize={small_file_mb} MB); loadavg {loadavg()}", flush=True)
     rows = {}
     for layout, opt in VARIANTS:
         for n in sizes:
             store = build_store(spark, tables, n, FIXED_EXPIRED, layout)
             opt_s = 0.0
             loaded_files = num_files(spark, store.path)
+            loaded_mb = size_mb(spark, store.path)
             if opt is not None:
                 if opt == "small":
                     store.spark.conf.set("spark.databricks.delta.optimize.maxFileSize",
@@ -209,7 +222,8 @@ def part2(spark, tables: Tables, sizes: list[int], small_file_mb: int) -> None:
             print(f"  {label:18} N={n:>11,}: sweep {m['seconds']:6.2f} s (DELETE exec "
                   f"{ms(m['metrics'], 'executionTimeMs')} s, scan "
                   f"{ms(m['metrics'], 'scanTimeMs')} s), evicted {m['evicted']:,}, files "
-                  f"loaded {loaded_files} -> swept {m['files_before']} -> {m['files_after']}, "
+                  f"loaded {loaded_files} ({loaded_mb:.1f} MB) -> swept {m['files_before']} -> "
+                  f"{m['files_after']}, "
                   f"touched: {touched(m['metrics'])}"
                   + (f"; OPTIMIZE {opt_s:.1f} s" if opt else ""), flush=True)
             print(f"    operationMetrics: {m['metrics']}", flush=True)
@@ -227,8 +241,8 @@ def part2(spark, tables: Tables, sizes: list[int], small_file_mb: int) -> None:
                      + int(met.get("numDeletionVectorsUpdated", 0)))
             cells.append(f"{m['seconds']:6.2f} s | {ms(met, 'executionTimeMs'):>6} s | "
                          f"{files:3}/{m['files_before']:<3}")
-        print("  " + f"{layout + '/' + (opt or 'as loaded'):20}" + "".join(f"{c:>34}" for c in cells),
-              flush=True)
+        label = f"{layout}/{opt or 'as loaded'}"
+        print(f"  {label:20}" + "".join(f"{c:>34}" for c in cells), flush=True)
 
 
 # -- part 3: lateness under a steady load ------------------------------------------------------
@@ -246,7 +260,14 @@ def part3(spark, tables: Tables, *, ttl: str, interval: str, batch: int, every: 
     from pyspark.sql import functions as F
 
     print(f"\n== 3. lateness: WallClock store, ttl={ttl}, wall sweeps every {interval}, "
-          f"{batch} new keys every {every:g} s for {duration:g} s", flush=True)
+          f"{batch} new keys every {every:g} s for {duration:g} s; loadavg {loadavg()}", flush=True)
+    warm = tables.new() / "warm"  # first MERGEs of a session are slow: keep them out
+    warm_store = DeltaStore(spark, StoreConfig(name="warm", path=str(warm), ttl=60_000),
+                            wall_clock=WallClock())
+    for k in range(2):
+        warm_store.apply_records([InputRecord(b"w%d" % j, b"v", WallClock().now_ms(), (), 0,
+                                              k * 100 + j) for j in range(100)])
+    Tables.drop(warm.parent)
     path = tables.new() / "store"
     conf = from_dict({"store": {"name": "bench", "path": str(path), "ttl": ttl},
                       "kafka": {"input_topic": "unused", "changelog_topic": "unused"},
@@ -285,13 +306,16 @@ def part3(spark, tables: Tables, *, ttl: str, interval: str, batch: int, every: 
                 apply_s.append(time.monotonic() - t0)
             written += batch
             i += 1
-            time.sleep(max(0.0, every - (time.monotonic() - tick)))
+            # at least a short gap: a thread that releases a Lock and takes it again at once
+            # can starve the sweep thread waiting on it
+            time.sleep(max(0.1, every - (time.monotonic() - tick)))
     finally:
         scheduler.shutdown(wait=True)
     elapsed = time.monotonic() - started
     print(f"  wrote {written:,} keys in {i} batches over {elapsed:.0f} s (apply_records "
           f"median {statistics.median(apply_s):.2f} s, max {max(apply_s):.2f} s); "
-          f"{len(results)} sweeps, {sum(r.evicted for r in results):,} evicted", flush=True)
+          f"{len(results)} sweeps, {sum(r.evicted for r in results):,} evicted; loadavg "
+          f"{loadavg()}", flush=True)
     for r in results:
         print(f"    sweep v{r.version}: evicted {r.evicted:>5}, {r.seconds:5.2f} s, "
               f"lateness ms {r.lateness_ms}", flush=True)
@@ -309,7 +333,8 @@ def part3(spark, tables: Tables, *, ttl: str, interval: str, batch: int, every: 
         by_t = F.col("t") - F.col("expires_at")
         by_commit = F.unix_millis(F.col("_commit_timestamp")) - F.col("expires_at")
         row = gone.select(F.count("*").alias("n"),
-                          F.percentile_approx(by_t, [0.5, 0.99]).alias("qt"), F.max(by_t).alias("mt"),
+                          F.percentile_approx(by_t, [0.5, 0.99]).alias("qt"),
+                          F.max(by_t).alias("mt"),
                           F.percentile_approx(by_commit, [0.5, 0.99]).alias("qc"),
                           F.max(by_commit).alias("mc")).first()
         print(f"  row-level lateness over {row.n:,} evicted rows: T - expires_at: "
@@ -337,7 +362,7 @@ def main() -> None:
     parser.add_argument("--big", type=int, default=None,
                         help="also run parts 1 and 2 at this N (opt-in, e.g. 10000000)")
     parser.add_argument("--parts", default="123", help="which parts to run, e.g. 12 or 3")
-    parser.add_argument("--optimize-file-mb", type=int, default=2,
+    parser.add_argument("--optimize-file-mb", type=int, default=1,
                         help="small OPTIMIZE target file size for part 2 (MB)")
     parser.add_argument("--ttl", default="5s")
     parser.add_argument("--interval", default="10s")

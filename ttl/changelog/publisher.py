@@ -142,6 +142,12 @@ class Publisher:
         self.progress = read_progress(kafka, bootstrap, self.progress_topic)
         log.info("publisher for %s resumes after version %s", store_name, self.progress.version)
 
+    def reset_progress(self, version: int, stream_time: int | None, input_offsets: dict) -> None:
+        """Mark ``version`` as published (after a restore: its state is already on the topic)."""
+        self.progress = Progress(version, stream_time, dict(input_offsets))
+        self.producer.begin_transaction()
+        self._commit()
+
     def close(self) -> None:
         self.producer.flush(30)
 

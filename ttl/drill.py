@@ -1,0 +1,147 @@
+"""Restore drills: prove that the changelog rebuilds the table (BRIEF §6).
+
+1. read the last fully published version V (the progress topic), *then* the end offsets;
+2. restore into a scratch table up to ``ttl.version <= V`` (records after V are in flight,
+   not differences), without TTL filtering;
+3. diff with the live table ``VERSION AS OF V`` (Delta time travel) by key: missing, extra,
+   and different (value, ts, headers, expires_at; never updated_at);
+4. write a JSON report, print a summary, append the result to the drill-history Delta table
+   (``<store path>_drills``), and exit 0 only on an exact match.
+
+A drill warns when the restore took more than ``SAFE_SHARE`` of the topic's
+``delete.retention.ms``: a tombstone compacted away before a restore reads it brings its key
+back.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ttl.changelog import topic
+from ttl.changelog.publisher import read_progress
+from ttl.config import Config
+from ttl.restore import RestoreError, restore
+
+log = logging.getLogger(__name__)
+
+SAFE_SHARE = 0.1
+COMPARED = ("value", "ts", "headers", "expires_at")
+
+
+@dataclass
+class DrillReport:
+    store: str
+    version: int
+    topic: str
+    started_at: int
+    records_read: int = 0
+    keys: int = 0
+    restore_seconds: float = 0.0
+    restore_rate: float = 0.0
+    missing: int = 0
+    extra: int = 0
+    different: int = 0
+    samples: dict[str, list[str]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def match(self) -> bool:
+        return self.missing == self.extra == self.different == 0
+
+    def summary(self) -> str:
+        verdict = "MATCH" if self.match else "MISMATCH"
+        lines = [f"drill {verdict}: changelog {self.topic} vs {self.store} at version "
+                 f"{self.version}: {self.keys} keys, missing {self.missing}, extra "
+                 f"{self.extra}, different {self.different}",
+                 f"restore: {self.records_read} records in {self.restore_seconds:.1f} s "
+                 f"({self.restore_rate:,.0f} records/s)"]
+        lines += [f"  {kind}: {', '.join(keys)}" for kind, keys in self.samples.items() if keys]
+        lines += [f"warning: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+    def to_json(self) -> str:
+        return json.dumps({**asdict(self), "match": self.match}, indent=2, sort_keys=True)
+
+
+def diff(spark, live, rebuilt, sample: int = 5) -> tuple[int, int, int, dict[str, list[str]]]:
+    """Missing, extra and different keys between two store frames, with sample keys."""
+    from pyspark.sql import functions as F
+
+    a = live.select("key", *[F.col(c).alias(f"l_{c}") for c in COMPARED], F.lit(1).alias("l"))
+    b = rebuilt.select("key", *[F.col(c).alias(f"r_{c}") for c in COMPARED],
+                       F.lit(1).alias("r"))
+    joined = a.join(b, "key", "full_outer")
+    same = F.lit(True)
+    for c in COMPARED:
+        same = same & F.col(f"l_{c}").eqNullSafe(F.col(f"r_{c}"))
+    kind = (F.when(F.col("r").isNull(), "missing").when(F.col("l").isNull(), "extra")
+            .when(~same, "different"))
+    labelled = joined.select("key", kind.alias("kind")).where("kind IS NOT NULL").cache()
+    counts = {r.kind: r["count"] for r in labelled.groupBy("kind").count().collect()}
+    samples = {k: [bytes(r.key).decode("utf-8", "replace") for r in
+                   labelled.where(F.col("kind") == k).limit(sample).collect()]
+               for k in ("missing", "extra", "different")}
+    labelled.unpersist()
+    return counts.get("missing", 0), counts.get("extra", 0), counts.get("different", 0), samples
+
+
+def run(spark, conf: Config, bootstrap: str, *, report_path: Path | None = None,
+        source_topic: str | None = None, wall_ms: int | None = None) -> DrillReport:
+    from ttl.clock import WallClock
+
+    progress_topic = topic.progress_topic(conf.kafka.changelog_topic)
+    progress = read_progress(conf.kafka, bootstrap, progress_topic)
+    if progress.version < 0:
+        raise RestoreError("nothing has been published yet: run the stream (or publish) first")
+    report = DrillReport(conf.store.name, progress.version,
+                         source_topic or conf.kafka.changelog_topic, WallClock().now_ms())
+    scratch = Path(tempfile.mkdtemp(prefix="ttl-drill-")) / "restored"
+    try:
+        result = restore(spark, conf, bootstrap, str(scratch), until_version=progress.version,
+                         source_topic=source_topic, wall_ms=wall_ms)
+        report.records_read, report.keys = result.records_read, result.keys_restored
+        report.restore_seconds, report.restore_rate = result.seconds, result.rate
+        live = spark.read.format("delta").option("versionAsOf", progress.version).load(
+            conf.store.path)
+        rebuilt = spark.read.format("delta").load(str(scratch))
+        report.missing, report.extra, report.different, report.samples = diff(
+            spark, live, rebuilt)
+        report.warnings += _retention_warning(conf, bootstrap, report)
+    finally:
+        shutil.rmtree(scratch.parent, ignore_errors=True)
+    _append_history(spark, conf, report)
+    if report_path is not None:
+        report_path.write_text(report.to_json())
+    log.info("%s", report.summary())
+    return report
+
+
+def _retention_warning(conf: Config, bootstrap: str, report: DrillReport) -> list[str]:
+    state = topic.describe(conf.kafka, bootstrap, report.topic)
+    raw = state.settings.get("delete.retention.ms") if state else None
+    if raw is None:
+        return []
+    limit = SAFE_SHARE * int(raw) / 1000
+    if report.restore_seconds > limit:
+        return [f"the restore took {report.restore_seconds:.0f} s, more than {SAFE_SHARE:.0%} "
+                f"of delete.retention.ms ({int(raw) / 1000:.0f} s): tombstones could be "
+                "compacted away before a restore reads them; raise "
+                "changelog.delete_retention"]
+    return []
+
+
+def _append_history(spark, conf: Config, report: DrillReport) -> None:
+    row = [(report.store, report.version, report.started_at, report.match, report.missing,
+            report.extra, report.different, report.keys, report.records_read,
+            float(report.restore_seconds), report.to_json())]
+    frame = spark.createDataFrame(row, "store string, version bigint, started_at bigint, "
+                                       "match boolean, missing bigint, extra bigint, "
+                                       "different bigint, keys bigint, records_read bigint, "
+                                       "restore_seconds double, report string")
+    frame.write.format("delta").mode("append").save(conf.store.path.rstrip("/") + "_drills")
+
