@@ -145,7 +145,8 @@ def schedule_daemon(conf: Config) -> None:
 
 def restore_store(conf: Config, bootstrap: str, *, target: str | None = None,
                   until_version: int | None = None, converter: str = "engine",
-                  source_topic: str | None = None, sweep_after: bool = True) -> str:
+                  source_topic: str | None = None, sweep_after: bool = True,
+                  wall_clock=None) -> str:
     """``ttl restore``: rebuild a table from the changelog.
 
     Into the store's own table (disaster recovery, the default): refused under a live
@@ -165,7 +166,7 @@ def restore_store(conf: Config, bootstrap: str, *, target: str | None = None,
                                  until_version=until_version, source_topic=source_topic)
     lines = [result.summary()]
     if into_store and sweep_after:
-        store = runtime.open_store(conf, spark)
+        store = runtime.open_store(conf, spark, wall_clock=wall_clock)
         rt = runtime.Runtime(conf, bootstrap, spark, store)
         publisher = rt.publisher()
         publisher.reset_progress(result.version, store.stream_time.value, result.input_offsets)

@@ -247,7 +247,6 @@ def _write(spark, conf: Config, target: str, latest, result: RestoreResult,
             "end_offsets": {str(k): v for k, v in result.end_offsets.items()},
             "last_version": result.last_version, "stream_time": result.stream_time,
             "input_offsets": result.input_offsets, "records_read": result.records_read}
-    session = spark.newSession()
-    with commit.commit_settings(session, meta):
-        rows.write.format("delta").mode("overwrite").save(target)
-    result.version = DeltaTable.forPath(session, target).history(1).first()["version"]
+    rows.write.format("delta").mode("overwrite").option(
+        "userMetadata", commit.encode(meta)).save(target)
+    result.version = DeltaTable.forPath(spark, target).history(1).first()["version"]

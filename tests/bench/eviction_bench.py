@@ -256,7 +256,7 @@ def _quantiles(values: list[float]) -> str:
 
 
 def part3(spark, tables: Tables, *, ttl: str, interval: str, batch: int, every: float,
-          duration: float) -> None:
+          duration: float, verbose: bool = False) -> None:
     from pyspark.sql import functions as F
 
     print(f"\n== 3. lateness: WallClock store, ttl={ttl}, wall sweeps every {interval}, "
@@ -291,19 +291,23 @@ def part3(spark, tables: Tables, *, ttl: str, interval: str, batch: int, every: 
     scheduler = schedule.build(conf, jobs, blocking=False)
     apply_s: list[float] = []
     written = 0
+    counts: dict[str, int] = {}
     scheduler.start()
     started = time.monotonic()
     try:
         i = 0
         while time.monotonic() - started < duration:
             tick = time.monotonic()
-            now = clock.now_ms()
-            records = [InputRecord(f"b{i}-{j}".encode(), b"v", now, (), 0, i * batch + j)
-                       for j in range(batch)]
-            with lock:
+            with lock:  # stamp inside the lock: a sweep may hold it for seconds
+                now = clock.now_ms()
+                records = [InputRecord(f"b{i}-{j}".encode(), b"v", now, (), 0, i * batch + j)
+                           for j in range(batch)]
                 t0 = time.monotonic()
-                store.apply_records(records)
+                wrote = store.apply_records(records)
                 apply_s.append(time.monotonic() - t0)
+            for name, value in wrote.counts.as_dict().items():
+                if isinstance(value, int):
+                    counts[name] = counts.get(name, 0) + value
             written += batch
             i += 1
             # at least a short gap: a thread that releases a Lock and takes it again at once
@@ -316,6 +320,7 @@ def part3(spark, tables: Tables, *, ttl: str, interval: str, batch: int, every: 
           f"median {statistics.median(apply_s):.2f} s, max {max(apply_s):.2f} s); "
           f"{len(results)} sweeps, {sum(r.evicted for r in results):,} evicted; loadavg "
           f"{loadavg()}", flush=True)
+    print(f"  write counts: {counts}", flush=True)
     for r in results:
         print(f"    sweep v{r.version}: evicted {r.evicted:>5}, {r.seconds:5.2f} s, "
               f"lateness ms {r.lateness_ms}", flush=True)
@@ -340,6 +345,19 @@ def part3(spark, tables: Tables, *, ttl: str, interval: str, batch: int, every: 
         print(f"  row-level lateness over {row.n:,} evicted rows: T - expires_at: "
               f"p50={row.qt[0]:,} p99={row.qt[1]:,} max={row.mt:,} ms; commit time - "
               f"expires_at: p50={row.qc[0]:,} p99={row.qc[1]:,} max={row.mc:,} ms", flush=True)
+    if verbose:
+        from delta.tables import DeltaTable
+
+        from ttl.store import commit
+
+        print("  history:", flush=True)
+        for h in (DeltaTable.forPath(spark, str(path)).history()
+                  .orderBy("version").collect()):
+            meta = commit.decode(h.userMetadata) or {}
+            om = h.operationMetrics or {}
+            print(f"    v{h.version} {h.timestamp} {h.operation} op={meta.get('op')} "
+                  f"t={meta.get('t')} deleted={om.get('numDeletedRows')} "
+                  f"inserted={om.get('numTargetRowsInserted')}", flush=True)
     live = store.live_frame().count()
     table = spark.read.format("delta").load(str(path)).count()
     print(f"  at the end: {table:,} rows in the table, {live:,} live (expired but not yet "
@@ -369,6 +387,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--every", type=float, default=2.0)
     parser.add_argument("--duration", type=float, default=90.0)
+    parser.add_argument("--history", action="store_true",
+                        help="part 3: print the table's commit history")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     spark = get_session()
@@ -388,7 +408,7 @@ def main() -> None:
             part2(spark, tables, sizes, args.optimize_file_mb)
         if "3" in args.parts:
             part3(spark, tables, ttl=args.ttl, interval=args.interval, batch=args.batch,
-                  every=args.every, duration=args.duration)
+                  every=args.every, duration=args.duration, verbose=args.history)
     finally:
         tables.close()
     print(f"\ntotal {time.monotonic() - started:.0f} s", flush=True)

@@ -167,6 +167,22 @@ def first_line_time(log_text: str, marker: str) -> float | None:
     return None
 
 
+def publish_seconds(log_text: str, since: float | None = None) -> list[float]:
+    """Seconds of each publication that published something (publisher log lines)."""
+    out = []
+    for line in log_text.splitlines():
+        if "ttl.changelog.publisher: published versions" not in line:
+            continue
+        when = log_time(line)
+        if since is not None and when is not None and when < since:
+            continue
+        try:
+            out.append(float(line.rsplit(" in ", 1)[1].split(" s", 1)[0]))
+        except ValueError:
+            pass
+    return out
+
+
 def sweep_stats(log_text: str, since: float | None = None) -> str:
     """Wall sweeps the job logged (count, seconds), and runs APScheduler skipped."""
     took, skipped = [], 0
@@ -319,6 +335,10 @@ def ingest(work: Path, kafka: LocalKafka, args) -> None:
                   f"last batch end to exit {exited - last_end:.1f} s")
     else:
         print("  no ttl.batch lines in the job's stderr")
+    pub = publish_seconds(log_text)
+    if pub:
+        print(f"  publications: {len(pub)}, seconds p50 {pct(pub, 0.5):.1f} max {max(pub):.1f}"
+              f" (inside the batch durations above)")
     print(f"  {sweep_stats(log_text)}")
     summary = out_path.read_text().strip()
     if summary:
@@ -429,6 +449,8 @@ def latency(work: Path, kafka: LocalKafka, args) -> None:
         producer.flush(10)
         wait_for(lambda: reader.has(b"warmup"), 300, "the warm-up record on the changelog",
                  proc, err_path)
+        wait_for(lambda: "ttl.batch: " in err_path.read_text(errors="replace"), 60,
+                 "the warm-up batch's log line", proc, err_path)
         print(f"  job up (query started) {up:.1f} s after spawn; warm-up record through in "
               f"{time.monotonic() - warm:.1f} s", flush=True)
 
@@ -507,6 +529,10 @@ def latency(work: Path, kafka: LocalKafka, args) -> None:
               f"max {max(durations):.2f}")
     else:
         print("  no ttl.batch line logged while measuring")
+    pub = publish_seconds(log_text, measure_from)
+    if pub:
+        print(f"  publications while measuring: {len(pub)}, seconds p50 {pct(pub, 0.5):.1f} "
+              f"max {max(pub):.1f} (inside the batch durations)")
     print(f"  while measuring: {sweep_stats(log_text, measure_from)}")
     summary = out_path.read_text().strip()
     if summary:

@@ -1,0 +1,197 @@
+"""Restore and drills on a real broker and real Delta tables."""
+
+from __future__ import annotations
+
+import random
+import uuid
+
+import pytest
+from confluent_kafka import Producer
+
+from ttl import drill, eviction, jobs_support
+from ttl.changelog import topic
+from ttl.changelog.publisher import Publisher, read_progress
+from ttl.clock import FixedClock
+from ttl.config import from_dict
+from ttl.record import InputRecord
+from ttl.restore import RestoreError, State, restore
+from ttl.store import DeltaStore
+
+pytestmark = pytest.mark.integration
+
+NOW = 1_700_000_000_000
+
+
+def make_conf(tmp_path, kafka, ttl="60s", clock="wall"):
+    name = f"rs-{uuid.uuid4().hex[:8]}"
+    conf = from_dict({
+        "store": {"name": name, "path": str(tmp_path / "store"), "ttl": ttl},
+        "kafka": {"bootstrap_servers": kafka.bootstrap_servers, "input_topic": f"{name}-in",
+                  "changelog_topic": name, "changelog_partitions": 2},
+        "eviction": {"clock": clock},
+        "stream": {"checkpoint": str(tmp_path / "ckpt")},
+    })
+    topic.create(conf.kafka, conf.changelog, kafka.bootstrap_servers)
+    return conf
+
+
+def workload(spark, conf, kafka, wall: FixedClock, batches: int = 4) -> DeltaStore:
+    """Puts, deletes, expiries from both clocks and an operator's UPDATE, all published."""
+    store = DeltaStore(spark, conf.store, clock="both", wall_clock=wall)
+    rng = random.Random(3)
+    keys = [f"k{i}".encode() for i in range(25)]
+    offset = 0
+    for b in range(batches):
+        recs = []
+        for _ in range(20):
+            key = rng.choice(keys)
+            value = None if rng.random() < 0.15 else f"v{b}-{offset}".encode()
+            hdrs = (("h", str(offset).encode()), ("z", None), ("h", b"dup"))
+            ts = wall.now_ms() - rng.randint(0, 70_000)
+            extra = (("ttl.ttl", b"1000"),) if rng.random() < 0.1 else ()
+            recs.append(InputRecord(key, value, -1, (("ttl.ts", str(ts).encode()), *hdrs,
+                                                     *extra), 0, offset))
+            offset += 1
+        store.apply_records(recs)
+        wall.advance(20_000)
+        eviction.sweep(store, "wall")
+        eviction.sweep(store, "stream")
+    spark.sql(f"UPDATE delta.`{conf.store.path}` SET value = X'6f70' WHERE key = X'6b31'")
+    publisher = Publisher(spark, conf.store.path, conf.store.name, conf.kafka, conf.changelog,
+                          kafka.bootstrap_servers)
+    publisher.publish()
+    publisher.close()
+    return store
+
+
+def rows(spark, path) -> dict:
+    return {bytes(r.key): (bytes(r.value), r.ts, tuple((h.key, h.value and bytes(h.value))
+                                                         for h in r.headers), r.expires_at)
+            for r in spark.read.format("delta").load(path).collect()}
+
+
+def test_restore_and_drill_match_after_a_long_workload_and_restore_is_idempotent(
+        spark, kafka, tmp_path):
+    conf = make_conf(tmp_path, kafka)
+    workload(spark, conf, kafka, FixedClock(NOW))
+    target = str(tmp_path / "restored")
+    first = restore(spark, conf, kafka.bootstrap_servers, target, wall_ms=NOW)
+    assert first.state is State.DONE and first.keys_restored > 0
+    assert rows(spark, target) == rows(spark, conf.store.path)
+    second = restore(spark, conf, kafka.bootstrap_servers, target, wall_ms=NOW)
+    assert second.version == first.version + 1
+    assert rows(spark, target) == rows(spark, conf.store.path)
+    previous = spark.read.format("delta").option("versionAsOf", first.version).load(target)
+    assert previous.count() == first.keys_restored            # reachable by time travel
+    report = drill.run(spark, conf, kafka.bootstrap_servers, report_path=tmp_path / "r.json")
+    assert report.match, report.summary()
+    assert '"match": true' in (tmp_path / "r.json").read_text()
+    history = spark.read.format("delta").load(conf.store.path + "_drills").collect()
+    assert [h.match for h in history] == [True]
+
+
+def test_drill_detects_a_row_changed_behind_the_engines_back(spark, kafka, tmp_path):
+    conf = make_conf(tmp_path, kafka)
+    store = workload(spark, conf, kafka, FixedClock(NOW), batches=2)
+    spark.sql(f"UPDATE delta.`{conf.store.path}` SET value = X'00' WHERE key = X'6b31'")
+    version = spark.sql(f"DESCRIBE HISTORY delta.`{conf.store.path}` LIMIT 1").first().version
+    publisher = Publisher(spark, conf.store.path, conf.store.name, conf.kafka, conf.changelog,
+                          kafka.bootstrap_servers)
+    publisher.reset_progress(version, store.stream_time.value, {})  # claims it, never sent
+    publisher.close()
+    report = drill.run(spark, conf, kafka.bootstrap_servers)
+    assert not report.match and report.different == 1
+    assert report.samples["different"] == ["k1"]
+
+
+@pytest.mark.parametrize("tamper", ["drop_record", "reorder_headers"])
+def test_drill_detects_a_tampered_changelog_copy(spark, kafka, tmp_path, tamper):
+    conf = make_conf(tmp_path, kafka)
+    workload(spark, conf, kafka, FixedClock(NOW), batches=2)
+    copy = f"{conf.kafka.changelog_topic}-copy"
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    admin.create_topics(
+        [NewTopic(copy, 2, 1, config={"cleanup.policy": "compact",
+                                      "message.timestamp.type": "LogAppendTime"})])[copy].result()
+    msgs = _all(kafka, conf.kafka.changelog_topic)
+    victim = next(i for i in range(len(msgs) - 1, -1, -1) if msgs[i].value() is not None
+                  and len([h for h in msgs[i].headers() if not h[0].startswith("ttl.")]) > 1)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+    for i, m in enumerate(msgs):
+        headers = m.headers()
+        if i == victim and tamper == "drop_record":
+            continue
+        if i == victim:
+            user = [h for h in headers if not h[0].startswith("ttl.")]
+            headers = user[::-1] + [h for h in headers if h[0].startswith("ttl.")]
+        producer.produce(copy, key=m.key(), value=m.value(), headers=headers,
+                         partition=m.partition())
+    producer.flush(30)
+    report = drill.run(spark, conf, kafka.bootstrap_servers, source_topic=copy)
+    assert not report.match
+    assert report.different + report.missing >= 1
+
+
+def _all(kafka, name):
+    from tests.e2e.test_stream_job import _consume_everything
+
+    msgs = _consume_everything(kafka, name)
+    return sorted(msgs, key=lambda m: (m.partition(), m.offset()))
+
+
+def test_disaster_recovery_restores_sweeps_expired_entries_and_keeps_stream_time(
+        spark, kafka, tmp_path):
+    conf = make_conf(tmp_path, kafka, ttl="1h")
+    now = NOW
+    store = DeltaStore(spark, conf.store, wall_clock=FixedClock(now))
+    store.apply_records([InputRecord(b"old", b"v", -1, (("ttl.ts", str(now - 3_000_000)
+                                                        .encode()),), 0, 0),
+                         InputRecord(b"new", b"v", -1, (("ttl.ts", str(now).encode()),), 0, 1)],
+                        metadata={"input_offsets": {"0": 2}})
+    publisher = Publisher(spark, conf.store.path, conf.store.name, conf.kafka, conf.changelog,
+                          kafka.bootstrap_servers)
+    publisher.publish()
+    publisher.close()
+    import shutil
+    shutil.rmtree(conf.store.path)                                # the disaster
+    later = FixedClock(now + 1_800_000)  # 30 min later: "old" (expires now + 10 min) is due
+    text = jobs_support.restore_store(conf, kafka.bootstrap_servers, wall_clock=later)
+    assert "restore done" in text, text
+    restored = DeltaStore(spark, conf.store)
+    assert restored.stream_time.value == now                      # stream time restored
+    keys = set(restored.entries(at=-(2**63)))
+    assert keys == {b"new"}                                        # old expired meanwhile
+    progress = read_progress(conf.kafka, kafka.bootstrap_servers,
+                             topic.progress_topic(conf.kafka.changelog_topic))
+    assert progress.input_offsets == {"0": 2}                      # where the input resumes
+    tombstones = [m for m in _all(kafka, conf.kafka.changelog_topic) if m.value() is None]
+    assert [(m.key(), dict(m.headers())["ttl.op"]) for m in tombstones] == [(b"old", b"expire")]
+
+
+def test_foreign_changelog_without_engine_headers_restores(spark, kafka, tmp_path,
+                                                          topic_factory):
+    conf = make_conf(tmp_path, kafka, ttl="1d")
+    foreign = topic_factory("kstreams", partitions=1, config={"cleanup.policy": "compact"})
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+    producer.produce(foreign, key=b"a", value=b"1", headers=[("h", b"x")], timestamp=NOW)
+    producer.produce(foreign, key=b"b", value=b"2", timestamp=NOW + 1)
+    producer.produce(foreign, key=b"a", value=b"3", headers=[("h", None)], timestamp=NOW + 2)
+    producer.produce(foreign, key=b"b", value=None, timestamp=NOW + 3)
+    producer.flush(30)
+    target = str(tmp_path / "foreign")
+    result = restore(spark, conf, kafka.bootstrap_servers, target, converter="plain",
+                     source_topic=foreign)
+    assert result.records_read == 4
+    assert rows(spark, target) == {b"a": (b"3", NOW + 2, (("h", None),), NOW + 2 + 86_400_000)}
+
+
+def test_a_missing_or_non_compacted_topic_is_a_clear_error(spark, kafka, tmp_path,
+                                                          topic_factory):
+    conf = make_conf(tmp_path, kafka)
+    with pytest.raises(RestoreError, match="does not exist"):
+        restore(spark, conf, kafka.bootstrap_servers, str(tmp_path / "x"),
+                source_topic="no-such-topic")
+    plain = topic_factory("plain", config={"cleanup.policy": "delete"})
+    with pytest.raises(RestoreError, match="cleanup.policy"):
+        restore(spark, conf, kafka.bootstrap_servers, str(tmp_path / "x"), source_topic=plain)
