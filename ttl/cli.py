@@ -260,6 +260,25 @@ def drill_cmd(conf_path: Path, bootstrap: str | None, report: Path | None,
         sys.exit(1)
 
 
+@main.command("upgrade")
+@CONF
+@click.option("--rollback", is_flag=True, help="Undo a (half-done) in-place upgrade.")
+def upgrade_cmd(conf_path: Path, rollback: bool) -> None:
+    """Upgrade a v1/v2 table to format v3 in place (resumable), or roll it back."""
+    from ttl import runtime, upgrade
+    from ttl.jobs_support import SKIPPED
+    from ttl.lease import Lease
+
+    conf = _load(conf_path)
+    spark = runtime.session(conf)
+    other = Lease(spark, conf.store.path).held_by_other()
+    if other is not None:
+        click.echo(SKIPPED.format(holder=other.holder))
+        return
+    action = upgrade.rollback if rollback else upgrade.upgrade_in_place
+    click.echo(action(spark, conf))
+
+
 def run() -> None:
     """Entry point that turns engine errors into one readable line and exit code 2."""
     try:

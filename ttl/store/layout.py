@@ -59,7 +59,7 @@ def store_properties(name: str, ttl_ms: int | None) -> dict[str, str]:
             PROP_TTL: ttl_property(ttl_ms)}
 
 
-def _tblproperties(props: dict[str, str]) -> str:
+def tblproperties(props: dict[str, str]) -> str:
     return ", ".join(f"'{k}' = '{v}'" for k, v in props.items())
 
 
@@ -89,7 +89,7 @@ def ensure_store_table(spark, path: str, name: str, ttl_ms: int | None, *,
     if not _is_delta(spark, path):
         spark.sql(
             f"CREATE TABLE IF NOT EXISTS delta.`{path}` ({STORE_COLUMNS}) USING delta "
-            f"TBLPROPERTIES ({_tblproperties(store_properties(name, ttl_ms))})"
+            f"TBLPROPERTIES ({tblproperties(store_properties(name, ttl_ms))})"
         )
     detail = spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()
     props = dict(detail["properties"] or {})

@@ -1,0 +1,92 @@
+"""Format upgrades: v1 and v2 tables become v3 in place (resumable, rollback) or by roll-over."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from confluent_kafka import Producer
+
+from ttl import upgrade
+from ttl.clock import FixedClock
+from ttl.config import from_dict
+from ttl.errors import LayoutError
+from ttl.restore import restore
+from ttl.store import DeltaStore
+
+pytestmark = pytest.mark.integration
+
+NOW = 1_700_000_000_000
+TTL = 3_600_000
+
+
+def conf_for(path: str, kafka=None, changelog: str = "unused"):
+    return from_dict({"store": {"name": "legacy", "path": path, "ttl": TTL},
+                      "kafka": {"bootstrap_servers": kafka.bootstrap_servers if kafka
+                                else "embedded", "input_topic": "x",
+                                "changelog_topic": changelog},
+                      "stream": {"checkpoint": "unused"}})
+
+
+def legacy_table(spark, path: str, version: int) -> None:
+    if version == 1:
+        rows = [(b"a", b"1"), (b"b", b"2"), (b"", b"")]
+        spark.createDataFrame(rows, "key binary, value binary").write.format("delta").save(path)
+    else:
+        rows = [(b"a", b"1", NOW - 10), (b"b", b"2", None), (b"c", b"3", -5)]
+        spark.createDataFrame(rows, "key binary, value binary, ts bigint") \
+            .write.format("delta").save(path)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_in_place_upgrade_keeps_every_entry_and_backfills_timestamps(spark, table_path,
+                                                                     version):
+    legacy_table(spark, table_path, version)
+    conf = conf_for(table_path)
+    with pytest.raises(LayoutError, match=f"v{version}"):
+        DeltaStore(spark, conf.store)
+    assert upgrade.detect(spark, table_path) == version
+    upgrade.upgrade_in_place(spark, conf, clock=FixedClock(NOW))
+    store = DeltaStore(spark, conf.store, wall_clock=FixedClock(NOW))
+    entries = store.entries()
+    if version == 1:
+        assert {k: (e.value, e.ts, e.headers) for k, e in entries.items()} == {
+            b"a": (b"1", NOW, ()), b"b": (b"2", NOW, ()), b"": (b"", NOW, ())}
+    else:
+        assert {k: (e.value, e.ts, e.expires_at) for k, e in entries.items()} == {
+            b"a": (b"1", NOW - 10, NOW - 10 + TTL), b"b": (b"2", NOW, NOW + TTL)}
+        # c (ts -5, far in the past) is kept in the table, merely expired
+        assert store.entries(at=-(2**63))[b"c"].expires_at == -5 + TTL
+    assert "already" in upgrade.upgrade_in_place(spark, conf)
+
+
+def test_a_half_done_upgrade_resumes_or_rolls_back(spark, table_path):
+    legacy_table(spark, table_path, 2)
+    conf = conf_for(table_path)
+    spark.sql(f"ALTER TABLE delta.`{table_path}` SET TBLPROPERTIES "
+              f"('{upgrade.PROP_FROM_VERSION}' = '0')")
+    spark.sql(f"ALTER TABLE delta.`{table_path}` ADD COLUMNS (headers "
+              "ARRAY<STRUCT<key: STRING, value: BINARY>>)")       # interrupted here
+    upgrade.rollback(spark, conf)
+    assert spark.read.format("delta").load(table_path).columns == ["key", "value", "ts"]
+    spark.sql(f"ALTER TABLE delta.`{table_path}` ADD COLUMNS (headers "
+              "ARRAY<STRUCT<key: STRING, value: BINARY>>)")       # interrupted again
+    upgrade.upgrade_in_place(spark, conf, clock=FixedClock(NOW))  # resumes
+    assert len(DeltaStore(spark, conf.store, wall_clock=FixedClock(NOW)).entries()) == 2
+
+
+def test_roll_over_restores_a_v3_table_from_a_legacy_changelog(spark, kafka, table_path,
+                                                               topic_factory, tmp_path):
+    legacy_table(spark, table_path, 1)
+    changelog = topic_factory("legacy", config={"cleanup.policy": "compact"})
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+    for r in spark.read.format("delta").load(table_path).collect():
+        producer.produce(changelog, key=bytes(r.key), value=bytes(r.value), timestamp=NOW)
+    producer.flush(30)
+    new_path = str(tmp_path / f"v3-{uuid.uuid4().hex[:6]}")
+    conf = conf_for(new_path, kafka, changelog)
+    restore(spark, conf, kafka.bootstrap_servers, new_path, converter="plain")
+    store = DeltaStore(spark, conf.store, wall_clock=FixedClock(NOW))
+    assert {k: e.value for k, e in store.entries().items()} == {
+        bytes(r.key): bytes(r.value) for r in spark.read.format("delta").load(table_path)
+        .collect()}

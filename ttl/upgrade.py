@@ -1,0 +1,90 @@
+"""Format upgrades v1 (key, value) / v2 (key, value, ts) -> v3 (BRIEF §2, §6; KIP-258).
+
+**In place**, in idempotent steps, so a half-done upgrade is resumed by running it again:
+
+1. record the version before the upgrade (``ttl.upgrade.from_version``) - the rollback point;
+2. add the missing v3 columns (Delta schema evolution) and turn on the change data feed;
+3. backfill in one UPDATE: legacy values get empty headers (as in the headers KIP); a missing
+   timestamp (v1, or a NULL / -2^63 ``ts`` in v2) becomes the **upgrade's wall-clock time**,
+   so no legacy entry expires the moment it is upgraded (it gets one full TTL from now);
+   ``expires_at`` = ts + store TTL (saturating), ``key_hash``, ``updated_at`` = now;
+4. mark the table v3 (``ttl.format.version``, store name, TTL): only now does the engine open
+   it. ``rollback`` restores the recorded version with Delta's RESTORE (data and schema).
+
+**Roll-over**: restore a v3 table from the store's existing changelog into a new location
+(``ttl restore --target NEW [--converter plain]`` for a changelog without engine headers),
+drill it, then switch the profile's ``store.path`` to it; the old table stays untouched.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ttl.clock import Clock, WallClock
+from ttl.config import Config
+from ttl.errors import LayoutError
+from ttl.record import INT64_MAX, NO_TIMESTAMP
+from ttl.store import layout
+
+log = logging.getLogger(__name__)
+
+PROP_FROM_VERSION = "ttl.upgrade.from_version"
+V3_COLUMNS = {
+    "ts": "BIGINT", "headers": layout.HEADERS_TYPE, "expires_at": "BIGINT",
+    "updated_at": "BIGINT", "key_hash": "BIGINT", "record_ttl": "BIGINT",
+}
+
+
+def _properties(spark, path: str) -> dict[str, str]:
+    return dict(spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()["properties"] or {})
+
+
+def detect(spark, path: str) -> int:
+    """The table's layout version: 3 if marked, else 1 or 2 from its columns."""
+    props = _properties(spark, path)
+    if layout.PROP_FORMAT in props:
+        return int(props[layout.PROP_FORMAT])
+    columns = spark.read.format("delta").load(path).columns
+    found = layout.legacy_version([c for c in columns if c not in V3_COLUMNS or c == "ts"])
+    if found is None:
+        raise LayoutError(f"table {path} has an unknown layout: columns {columns}")
+    return found
+
+
+def upgrade_in_place(spark, conf: Config, *, clock: Clock | None = None) -> str:
+    path, ttl = conf.store.path, conf.store.ttl
+    if detect(spark, path) == 3:
+        return f"{path} is already format v3"
+    now = (clock or WallClock()).now_ms()
+    props = _properties(spark, path)
+    if PROP_FROM_VERSION not in props:
+        version = spark.sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 1").first().version
+        spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
+                  f"('{PROP_FROM_VERSION}' = '{version}')")
+    existing = set(spark.read.format("delta").load(path).columns)
+    missing = [f"{c} {t}" for c, t in V3_COLUMNS.items() if c not in existing]
+    if missing:
+        spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({', '.join(missing)})")
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
+              "('delta.enableChangeDataFeed' = 'true')")
+    ts = f"CASE WHEN ts IS NULL OR ts = {NO_TIMESTAMP} THEN {now} ELSE ts END"
+    expiry = ("CAST(NULL AS BIGINT)" if ttl is None else
+              f"CASE WHEN ({ts}) > {INT64_MAX - ttl} THEN {INT64_MAX} ELSE ({ts}) + {ttl} END")
+    spark.sql(f"""UPDATE delta.`{path}` SET headers = coalesce(headers, array()),
+                  expires_at = {expiry}, ts = {ts}, key_hash = xxhash64(key),
+                  updated_at = {now} WHERE key_hash IS NULL""")
+    marks = layout.store_properties(conf.store.name, ttl)
+    marks.pop("delta.enableDeletionVectors")  # turning DVs on needs a protocol upgrade
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
+              f"({layout.tblproperties(marks)})")
+    return f"{path} upgraded in place to format v3 (missing timestamps backfilled with {now})"
+
+
+def rollback(spark, conf: Config) -> str:
+    """Undo a (possibly half-done) in-place upgrade: RESTORE the version recorded before it."""
+    path = conf.store.path
+    version = _properties(spark, path).get(PROP_FROM_VERSION)
+    if version is None:
+        return f"{path}: no in-place upgrade to roll back"
+    spark.sql(f"RESTORE TABLE delta.`{path}` TO VERSION AS OF {int(version)}")
+    return f"{path} rolled back to version {version} (its layout before the upgrade)"
