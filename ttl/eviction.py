@@ -125,7 +125,7 @@ def _record_outcome(store, result: SweepResult) -> None:
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
-    history = DeltaTable.forPath(store.spark, store.path).history(5)
+    history = DeltaTable.forPath(store.spark, store.path).history(50)
     rows = history.where(F.col("userMetadata").contains(result.sweep_id)).collect()
     if not rows:  # nothing matched: Delta made no commit
         return
@@ -136,7 +136,8 @@ def _record_outcome(store, result: SweepResult) -> None:
                 .option("startingVersion", result.version)
                 .option("endingVersion", result.version).load(store.path)
                 .where("_change_type = 'delete'"))
-        late = F.lit(result.t) - F.col("expires_at")
+        # try_subtract: expires_at may sit near -2^63 (ANSI mode raises on overflow)
+        late = F.expr(f"try_subtract({int(result.t)}, expires_at)")
         row = gone.select(F.percentile_approx(late, [0.5, 0.99]).alias("q"),
                           F.max(late).alias("max")).first()
         result.lateness_ms = {"p50": row.q[0], "p99": row.q[1], "max": row["max"]}

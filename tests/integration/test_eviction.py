@@ -196,3 +196,11 @@ def test_a_standalone_sweep_skips_while_another_process_holds_the_lease(spark, t
     assert jobs.wall_sweep() is None
     stream_lease.release()
     wait_until(lambda: standalone.acquire(), timeout=10, what="the released lease")
+
+
+def test_sweeping_an_entry_near_the_int64_floor_reports_its_lateness(spark, table_path):
+    """Lateness (T - expires_at) must not overflow after the DELETE committed."""
+    store = make_store(spark, table_path, ttl=1_000, clock="stream")
+    store.apply_records(recs((b"ancient", b"v", -(2**63) + 1)))  # stream time unset: stored
+    result = eviction.sweep(store, "wall", NOW)
+    assert result.evicted == 1 and result.lateness_ms["max"] is None  # saturated, not raised
