@@ -189,7 +189,9 @@ class StreamJob:
         self._query_started.wait()  # the first batch can start before start() returns
         query_id = self.query.id
         txn = (f"ttl:{self.conf.store.name}:batch:{query_id}", batch_id)
+        waited = time.monotonic()
         with self.lock:
+            waited = time.monotonic() - waited  # a wall sweep may hold the lock
             result = self.store.apply_batch(
                 records, metadata={"input_offsets": offsets, "batch_id": batch_id,
                                    "query_id": query_id}, txn=txn)
@@ -206,6 +208,7 @@ class StreamJob:
             "evicted": evicted, "changelog_records": published.records if published else 0,
             "publication_lag_versions": published.lag_versions if published else None,
             "duration_s": round(time.monotonic() - started, 2),
+            "lock_wait_s": round(waited, 2),
             "stream_time": self.store.stream_time.value, "applied": result.applied,
             "input_offsets": offsets, "catch_up": self._catch_up(offsets),
         }, sort_keys=True))
