@@ -180,12 +180,19 @@ class SparkConfig(_Section):
     settings: dict[str, str] = Field(default_factory=dict)
 
 
+class DrillConfig(_Section):
+    """Restore drills on the ``ttl schedule`` daemon (``None``: only when run by hand)."""
+
+    interval: DurationMs | None = None
+
+
 class Config(_Section):
     store: StoreConfig
     kafka: KafkaConfig
     changelog: ChangelogConfig = ChangelogConfig()
     eviction: EvictionConfig = EvictionConfig()
     maintenance: MaintenanceConfig = MaintenanceConfig()
+    drill: DrillConfig = DrillConfig()
     stream: StreamConfig
     spark: SparkConfig = SparkConfig()
     source: str = "<memory>"

@@ -117,9 +117,24 @@ def status(conf: Config) -> dict[str, object]:
                                  topic.progress_topic(conf.kafka.changelog_topic))
         out["published version"] = progress.version
         out["changelog lag (versions)"] = max(0, version - progress.version)
+        out["changelog lag (seconds)"] = _seconds_behind(store, progress.version, version)
     else:
         out["changelog lag (versions)"] = "unknown (embedded broker not running)"
     return out
+
+
+def _seconds_behind(store, published: int, current: int) -> float:
+    """Age of the oldest unpublished commit (0 when everything is published)."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    if published >= current:
+        return 0.0
+    row = (DeltaTable.forPath(store.spark, store.path).history(current - published)
+           .where(F.col("version") == published + 1).select("timestamp").first())
+    if row is None:
+        return 0.0
+    return max(0.0, store.wall_clock.now_ms() / 1000 - row.timestamp.timestamp())
 
 
 def schedule_daemon(conf: Config) -> None:
@@ -130,7 +145,19 @@ def schedule_daemon(conf: Config) -> None:
     publisher = None if conf.kafka.bootstrap_servers == "embedded" else rt.publisher()
     jobs = schedule.StoreJobs(store, conf, publish=publisher.publish if publisher else None,
                               lease=Lease(spark, store.path))
-    scheduler = schedule.build(conf, jobs, blocking=True)
+    extra = {}
+    if conf.drill.interval and publisher is not None:
+        from apscheduler.triggers.interval import IntervalTrigger
+
+        def scheduled_drill() -> None:
+            try:
+                report = drill(conf, conf.kafka.bootstrap_servers)
+                (log.info if report.match else log.error)("%s", report.summary())
+            except Exception:  # noqa: BLE001 - logged; the next tick tries again
+                log.exception("restore drill failed")
+
+        extra["drill"] = (scheduled_drill, IntervalTrigger(seconds=conf.drill.interval / 1000))
+    scheduler = schedule.build(conf, jobs, blocking=True, extra=extra)
     signal.signal(signal.SIGTERM, lambda *_: scheduler.shutdown(wait=False))
     log.info("scheduler for %s started: %s", conf.store.name,
              [job.name for job in scheduler.get_jobs()])

@@ -152,14 +152,11 @@ def convert(records, converter: str):
         "partition", "offset")
 
 
-def latest_per_key(converted, until_version: int | None):
+def latest_per_key(converted):
     """Last record per key in offset order; raises naming a key found in two partitions."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    if until_version is not None:
-        converted = converted.where(F.col("version").isNull()
-                                    | (F.col("version") <= until_version))
     split = (converted.groupBy("key").agg(F.countDistinct("partition").alias("n"))
              .where("n > 1").limit(1).collect())
     if split:
@@ -199,15 +196,20 @@ def restore(spark, conf: Config, bootstrap: str, target: str, *, converter: str 
             if problems:
                 raise RestoreError("; ".join(problems))
         result.end_offsets = end_offsets(conf, bootstrap, name)
-        converted = convert(_read(spark, bootstrap, conf, name, result.end_offsets),
-                            converter).localCheckpoint(eager=True)
+        converted = convert(_read(spark, bootstrap, conf, name, result.end_offsets), converter)
+        if until_version is not None:  # a point-in-time restore sees nothing after it
+            converted = converted.where(F.col("version").isNull()
+                                        | (F.col("version") <= until_version))
+        converted = converted.localCheckpoint(eager=True)
         stats = converted.agg(F.count(F.lit(1)).alias("n"), F.max("version").alias("v"),
                               F.max("stream_time").alias("st")).first()
         result.records_read = stats.n
-        result.last_version = stats.v if until_version is None else min(
-            x for x in (stats.v, until_version) if x is not None) if stats.v else None
+        if stats.n == 0 and _has_rows(spark, target):
+            raise RestoreError(f"changelog {name} is empty but {target} has entries: "
+                               "refusing to replace them with nothing (wrong topic?)")
+        result.last_version = stats.v
         result.stream_time = stats.st
-        latest = latest_per_key(converted, until_version).where(F.col("value").isNotNull())
+        latest = latest_per_key(converted).where(F.col("value").isNotNull())
         progress = None
         if converter == "engine" and until_version is None:
             progress = read_progress(conf.kafka, bootstrap, topic.progress_topic(name))
@@ -227,6 +229,14 @@ def restore(spark, conf: Config, bootstrap: str, target: str, *, converter: str 
         result.seconds = time.monotonic() - started
     log.info("%s", result.summary())
     return result
+
+
+def _has_rows(spark, path: str) -> bool:
+    from delta.tables import DeltaTable
+
+    if not DeltaTable.isDeltaTable(spark, path):
+        return False
+    return spark.read.format("delta").load(path).limit(1).count() > 0
 
 
 def _write(spark, conf: Config, target: str, latest, result: RestoreResult,

@@ -195,3 +195,48 @@ def test_a_missing_or_non_compacted_topic_is_a_clear_error(spark, kafka, tmp_pat
     plain = topic_factory("plain", config={"cleanup.policy": "delete"})
     with pytest.raises(RestoreError, match="cleanup.policy"):
         restore(spark, conf, kafka.bootstrap_servers, str(tmp_path / "x"), source_topic=plain)
+
+
+def test_a_killed_restore_leaves_the_target_untouched_or_complete(spark, kafka, tmp_path):
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    conf = make_conf(tmp_path, kafka)
+    workload(spark, conf, kafka, FixedClock(NOW), batches=2)
+    target = str(tmp_path / "target")
+    restore(spark, conf, kafka.bootstrap_servers, target, wall_ms=NOW)
+    before = rows(spark, target)
+    version = spark.sql(f"DESCRIBE HISTORY delta.`{target}` LIMIT 1").first().version
+    script = textwrap.dedent(f"""
+        import os, signal, sys, threading
+        sys.path.insert(0, {os.getcwd()!r})
+        from ttl import restore as r
+        from ttl.config import Config
+        from ttl.spark import get_session
+        write = r._write
+        def write_then_die(*args, **kwargs):
+            threading.Timer(1.5, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
+            write(*args, **kwargs)
+            threading.Event().wait(10)  # killed while writing, or right after the commit
+        r._write = write_then_die
+        spark = get_session(overrides={{"spark.sql.shuffle.partitions": "2"}})
+        conf = Config.model_validate_json({conf.model_dump_json()!r})
+        r.restore(spark, conf, {kafka.bootstrap_servers!r}, {target!r}, wall_ms={NOW})
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=300)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    after_version = spark.sql(f"DESCRIBE HISTORY delta.`{target}` LIMIT 1").first().version
+    assert after_version in (version, version + 1)
+    assert rows(spark, target) == before  # same content either way: never half-written
+
+
+def test_an_empty_changelog_never_wipes_a_table_with_entries(spark, kafka, tmp_path,
+                                                            topic_factory):
+    conf = make_conf(tmp_path, kafka)
+    workload(spark, conf, kafka, FixedClock(NOW), batches=1)
+    empty = topic_factory("empty", config={"cleanup.policy": "compact",
+                                            "message.timestamp.type": "LogAppendTime"})
+    with pytest.raises(RestoreError, match="is empty"):
+        restore(spark, conf, kafka.bootstrap_servers, conf.store.path, source_topic=empty)

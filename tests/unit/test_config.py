@@ -63,3 +63,10 @@ def test_invalid_toml_names_the_file(tmp_path):
     bad.write_text("[store\nname=1")
     with pytest.raises(ConfigError, match="bad.toml"):
         config.load(bad)
+
+
+def test_vacuum_refuses_a_retention_shorter_than_publisher_lag_plus_drill_window():
+    from ttl.eviction import vacuum
+
+    with pytest.raises(ConfigError, match=r"maintenance\.vacuum_retention"):
+        vacuum(None, retention_ms=3_600_000, minimum_ms=2 * 3_600_000)
