@@ -15,9 +15,10 @@
 3. **Writing.** One overwrite commit (a new table, or a new version of an existing one whose
    previous version stays reachable by time travel), whose metadata records the topic, end
    offsets, last ``ttl.version``, stream time and the input offsets to resume from.
-4. For disaster recovery a sweep follows (entries that expired meanwhile leave with
-   tombstones), and the publisher's progress moves to the restore's version: the restored
-   state is already on the topic, and only changes after it are published.
+4. For disaster recovery (``ttl.jobs_support.restore_store``) a sweep follows (entries that
+   expired meanwhile leave with tombstones), and the publisher's progress moves to the
+   restore's version: the restored state is already on the topic, and only changes after it
+   are published.
 """
 
 from __future__ import annotations
@@ -119,9 +120,10 @@ def _read(spark, bootstrap: str, conf: Config, name: str, ends: dict[int, int]):
               .option("subscribe", name).option("includeHeaders", "true")
               .option("startingOffsets", starting).option("endingOffsets", ending)
               .option("kafka.isolation.level", "read_committed"))
-    for key, value in conf.kafka.client_config(bootstrap).items():
-        if key != "bootstrap.servers":
-            reader = reader.option(f"kafka.{key}", value)
+    client = conf.kafka.client_config(bootstrap)
+    for key in ("security.protocol", "sasl.mechanism"):  # JAAS: via Spark settings
+        if key in client:
+            reader = reader.option(f"kafka.{key}", client[key])
     return reader.load()
 
 
@@ -251,7 +253,8 @@ def _write(spark, conf: Config, target: str, latest, result: RestoreResult,
     rows = latest.select(
         F.col("key"), F.col("value"), F.col("ts"), F.col("headers"),
         _expiry(conf.store.ttl).alias("expires_at"), F.lit(now).cast("bigint").alias(
-            "updated_at"), F.xxhash64("key").alias("key_hash"), F.col("record_ttl"))
+            "updated_at"), F.xxhash64("key").alias("key_hash"), F.col("record_ttl")
+    ).localCheckpoint(eager=True)  # counted and written: computed once
     result.keys_restored = rows.count()
     meta = {"op": "restore", "store": conf.store.name, "topic": result.topic,
             "end_offsets": {str(k): v for k, v in result.end_offsets.items()},

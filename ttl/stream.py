@@ -144,9 +144,10 @@ class StreamJob:
                   .option("startingOffsets", self._starting_offsets())
                   .option("failOnDataLoss", "true")
                   .option("maxOffsetsPerTrigger", s.max_offsets_per_trigger))
-        for key, value in k.client_config(self.bootstrap).items():
-            if key != "bootstrap.servers":
-                reader = reader.option(f"kafka.{key}", value)
+        client = k.client_config(self.bootstrap)
+        for key in ("security.protocol", "sasl.mechanism"):  # JAAS: via Spark settings
+            if key in client:
+                reader = reader.option(f"kafka.{key}", client[key])
         writer = (reader.load().writeStream.foreachBatch(self._batch)
                   .option("checkpointLocation", s.checkpoint)
                   .queryName(f"ttl-{self.conf.store.name}"))
