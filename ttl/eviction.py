@@ -140,7 +140,8 @@ def _record_outcome(store, result: SweepResult) -> None:
         late = F.expr(f"try_subtract({int(result.t)}, expires_at)")
         row = gone.select(F.percentile_approx(late, [0.5, 0.99]).alias("q"),
                           F.max(late).alias("max")).first()
-        result.lateness_ms = {"p50": row.q[0], "p99": row.q[1], "max": row["max"]}
+        q = row.q or (None, None)  # None when every lateness saturated (int64 edges)
+        result.lateness_ms = {"p50": q[0], "p99": q[1], "max": row["max"]}
 
 
 # -- TTL changes ----------------------------------------------------------------------------

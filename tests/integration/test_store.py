@@ -89,11 +89,14 @@ def test_stream_time_is_persisted_recovered_and_never_regresses(spark, table_pat
     store = make_store(spark, table_path, clock="stream")
     assert store.stream_time.value is None
     store.apply_records([InputRecord(b"a", b"1", NOW - 5, (), 0, 0)])
-    # an all-late/no-op batch still commits: stream time stays, older input cannot lower it
-    store.apply_records([InputRecord(b"zz", None, NOW - 500, (), 0, 1)])
-    assert store.stream_time.value == NOW - 5
+    # A batch that changes no row still commits its stream time (regression: Delta makes no
+    # commit for an empty append, so a reopened store recovered an older stream time).
+    noop = store.apply_records([InputRecord(b"zz", None, NOW + 100, (), 0, 1)])
+    assert noop.applied and store.stream_time.value == NOW + 100
+    store.apply_records([InputRecord(b"zz", None, NOW - 500, (), 0, 2)])  # older: no regress
+    assert store.stream_time.value == NOW + 100
     reopened = make_store(spark, table_path, clock="stream")
-    assert reopened.stream_time.value == NOW - 5
+    assert reopened.stream_time.value == NOW + 100
 
 
 def test_reads_hide_expired_entries_before_any_sweep(spark, table_path):

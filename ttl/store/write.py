@@ -156,9 +156,16 @@ def _merge(spark, path: str, folded, wall_ms: int) -> None:
     )
 
 
-def _empty_commit(spark, path: str) -> None:
-    """A commit with no data change: persists stream time and offsets for an all-no-op batch."""
-    spark.read.format("delta").load(path).limit(0).write.format("delta").mode("append").save(path)
+def _empty_commit(spark, path: str, meta: dict) -> None:
+    """A commit with no data change, so an all-no-op batch still persists its stream time and
+    input offsets (Delta makes no commit for an empty append). It also raises the
+    ``ttl.stream_time.floor`` property, which outlives the log's retention."""
+    from ttl.store.layout import PROP_STREAM_TIME_FLOOR, tblproperties
+
+    props = {"ttl.last_noop_batch.wall": str(meta["wall"])}
+    if meta.get("stream_time") is not None:
+        props[PROP_STREAM_TIME_FLOOR] = str(meta["stream_time"])
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({tblproperties(props)})")
 
 
 def apply_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semantics,
@@ -187,7 +194,7 @@ def apply_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
             if result.rows_upserted or result.rows_deleted or result.rows_expired:
                 _merge(spark, path, folded, wall_ms)
             else:
-                _empty_commit(spark, path)
+                _empty_commit(spark, path, final_meta)
         result.version = _table_version(spark, path)
         result.applied = result.version != version_before
         return result, final_meta
