@@ -20,18 +20,15 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
-import platform
 import random
 import shutil
 import statistics
-import subprocess
 import tempfile
 import time
 import uuid
-from importlib import metadata as md
 from pathlib import Path
 
+from tests.bench.machine import machine_facts
 from tests.support import bulk_load
 from ttl.changelog import topic
 from ttl.changelog.publisher import Publisher
@@ -43,28 +40,6 @@ from ttl.spark import get_session
 from ttl.store import DeltaStore
 
 NOW = 1_700_000_000_000
-
-
-def _version(dist: str) -> str:
-    try:
-        return md.version(dist)
-    except md.PackageNotFoundError:
-        return "?"
-
-
-def machine_facts(spark) -> None:
-    import confluent_kafka
-
-    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
-    print(f"machine: nproc={os.cpu_count()} (sched {len(os.sched_getaffinity(0))}), "
-          f"loadavg={' '.join(f'{x:.2f}' for x in os.getloadavg())}, "
-          f"python {platform.python_version()}, {platform.platform()}")
-    print(f"spark {spark.version} (pyspark {_version('pyspark')}), "
-          f"delta-spark {_version('delta-spark')}, master {spark.sparkContext.master}, "
-          f"shuffle.partitions {spark.conf.get('spark.sql.shuffle.partitions')}")
-    print(f"confluent-kafka {confluent_kafka.version()[0]}, "
-          f"librdkafka {confluent_kafka.libversion()[0]}, "
-          f"java: {java.splitlines()[0] if java else '?'}", flush=True)
 
 
 def _pct(values: list[float], q: float) -> float:

@@ -28,17 +28,15 @@ import argparse
 import gc
 import json
 import logging
-import os
-import platform
 import random
 import shutil
-import subprocess
 import tempfile
 import time
 import uuid
-from importlib import metadata as md
 from pathlib import Path
 
+from tests.bench.machine import load as _load
+from tests.bench.machine import machine_facts
 from ttl.changelog import format as fmt
 from ttl.changelog import topic
 from ttl.config import from_dict
@@ -46,32 +44,6 @@ from ttl.kafka_local import LocalKafka
 from ttl.spark import get_session
 
 NOW = 1_700_000_000_000
-
-
-def _version(dist: str) -> str:
-    try:
-        return md.version(dist)
-    except md.PackageNotFoundError:
-        return "?"
-
-
-def _load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def machine_facts(spark) -> None:
-    import confluent_kafka
-
-    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
-    print(f"machine: nproc={os.cpu_count()} (sched {len(os.sched_getaffinity(0))}), "
-          f"loadavg={_load()}, python {platform.python_version()}, {platform.platform()}")
-    print(f"spark {spark.version} (pyspark {_version('pyspark')}), "
-          f"delta-spark {_version('delta-spark')}, master {spark.sparkContext.master}, "
-          f"shuffle.partitions {spark.conf.get('spark.sql.shuffle.partitions')}, "
-          f"driver.memory {spark.conf.get('spark.driver.memory', '?')}")
-    print(f"confluent-kafka {confluent_kafka.version()[0]}, "
-          f"librdkafka {confluent_kafka.libversion()[0]}, "
-          f"java: {java.splitlines()[0] if java else '?'}", flush=True)
 
 
 def build_changelog(conf, bootstrap: str, records: int, keys: int, tombstones: float,
