@@ -85,8 +85,24 @@ class StoreConfig(_Section):
         return self.dead_letter_path or self.path.rstrip("/") + "_dead_letters"
 
 
+_JAAS_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+                 "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+                 "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
+
+
+def _jaas_quote(value: str) -> str:
+    """A JAAS option value in double quotes (backslash and quote escaped)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 class KafkaConfig(_Section):
-    """Kafka: ``bootstrap_servers = "embedded"`` starts the local broker (BRIEF §8)."""
+    """Kafka: ``bootstrap_servers = "embedded"`` starts the local broker (BRIEF §8).
+
+    Security settings name environment variables (``*_env``), never values: the file can be
+    committed and printed. The same settings reach both clients: librdkafka (our producers,
+    consumers, admin) and the Java client inside Spark's Kafka source (``kafka.*`` options,
+    with the SASL login as a ``sasl.jaas.config`` built from the same user and password).
+    """
 
     bootstrap_servers: str = "embedded"
     input_topic: str
@@ -95,26 +111,51 @@ class KafkaConfig(_Section):
     changelog_partitions: int = Field(default=2, gt=0)
     replication_factor: int = Field(default=1, gt=0)
     security_protocol_env: str | None = None
-    sasl_mechanism: str | None = None
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
     sasl_username_env: str | None = None
     sasl_password_env: str | None = None
+    ssl_ca_location_env: str | None = None
+
+    def _env(self, setting: str, env: str | None) -> str | None:
+        import os
+
+        if not env:
+            return None
+        if env not in os.environ:
+            raise ConfigError(f"kafka.{setting}_env names ${env}, which is not set")
+        return os.environ[env]
 
     def client_config(self, bootstrap: str | None = None) -> dict[str, str]:
         """librdkafka settings shared by every client; secrets come from the environment."""
-        import os
-
         conf = {"bootstrap.servers": bootstrap or self.bootstrap_servers}
-        for setting, env in (("security.protocol", self.security_protocol_env),
-                             ("sasl.username", self.sasl_username_env),
-                             ("sasl.password", self.sasl_password_env)):
-            if env:
-                if env not in os.environ:
-                    raise ConfigError(f"kafka.{setting.replace('.', '_')}_env names ${env}, "
-                                      "which is not set")
-                conf[setting] = os.environ[env]
+        for setting in ("security_protocol", "sasl_username", "sasl_password",
+                        "ssl_ca_location"):
+            value = self._env(setting, getattr(self, f"{setting}_env"))
+            if value is not None:
+                conf[setting.replace("_", ".")] = value
         if self.sasl_mechanism:
             conf["sasl.mechanism"] = self.sasl_mechanism
         return conf
+
+    def spark_options(self, bootstrap: str | None = None) -> dict[str, str]:
+        """The same settings as ``kafka.*`` options of Spark's Kafka source (Java client).
+
+        The values hold secrets: pass them to ``.option()`` only, never log them (Spark's
+        Kafka connector redacts ``sasl.jaas.config`` in its own logs)."""
+        client = self.client_config(bootstrap)
+        options = {"kafka.bootstrap.servers": client["bootstrap.servers"]}
+        for key in ("security.protocol", "sasl.mechanism"):
+            if key in client:
+                options[f"kafka.{key}"] = client[key]
+        if "ssl.ca.location" in client:  # a PEM file, as librdkafka takes it
+            options["kafka.ssl.truststore.type"] = "PEM"
+            options["kafka.ssl.truststore.location"] = client["ssl.ca.location"]
+        if self.sasl_mechanism and "sasl.username" in client:
+            options["kafka.sasl.jaas.config"] = (
+                f"{_JAAS_MODULES[self.sasl_mechanism]} required "
+                f"username={_jaas_quote(client['sasl.username'])} "
+                f"password={_jaas_quote(client.get('sasl.password', ''))};")
+        return options
 
 
 class ChangelogConfig(_Section):
@@ -175,8 +216,13 @@ class StreamConfig(_Section):
 
 
 class SparkConfig(_Section):
+    """Where the jobs run. ``packages`` are extra Maven coordinates a profile needs on top of
+    Delta and the Kafka connector (e.g. hadoop-aws and Delta's DynamoDB log store for S3);
+    ``deploy/submit`` passes them as ``--packages``."""
+
     master: str = "local[*]"
     app_name: str = "ttl"
+    packages: list[str] = Field(default_factory=list)
     settings: dict[str, str] = Field(default_factory=dict)
 
 

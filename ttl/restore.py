@@ -116,14 +116,10 @@ def end_offsets(conf: Config, bootstrap: str, name: str) -> dict[int, int]:
 def _read(spark, bootstrap: str, conf: Config, name: str, ends: dict[int, int]):
     starting = json.dumps({name: {str(p): -2 for p in ends}})
     ending = json.dumps({name: {str(p): o for p, o in ends.items()}})
-    reader = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+    reader = (spark.read.format("kafka").options(**conf.kafka.spark_options(bootstrap))
               .option("subscribe", name).option("includeHeaders", "true")
               .option("startingOffsets", starting).option("endingOffsets", ending)
               .option("kafka.isolation.level", "read_committed"))
-    client = conf.kafka.client_config(bootstrap)
-    for key in ("security.protocol", "sasl.mechanism"):  # JAAS: via Spark settings
-        if key in client:
-            reader = reader.option(f"kafka.{key}", client[key])
     return reader.load()
 
 

@@ -55,6 +55,8 @@ def session_settings(
     under_submit = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit passed jars already
     if not under_submit and "spark.jars" not in settings and "spark.jars.packages" not in settings:
         settings["spark.jars"] = ",".join(str(p) for p in jars.jars("spark"))
+        if conf.packages:  # a profile's extras (e.g. hadoop-aws), resolved by Spark's Ivy
+            settings["spark.jars.packages"] = ",".join(conf.packages)
     if LOG4J2.exists():
         java_opts = f"-Dlog4j2.configurationFile=file:{LOG4J2}"
         for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):

@@ -138,16 +138,12 @@ class StreamJob:
     def _start_query(self, available_now: bool):
         k, s = self.conf.kafka, self.conf.stream
         reader = (self.spark.readStream.format("kafka")
-                  .option("kafka.bootstrap.servers", self.bootstrap)
+                  .options(**k.spark_options(self.bootstrap))
                   .option("subscribe", k.input_topic)
                   .option("includeHeaders", "true")
                   .option("startingOffsets", self._starting_offsets())
                   .option("failOnDataLoss", "true")
                   .option("maxOffsetsPerTrigger", s.max_offsets_per_trigger))
-        client = k.client_config(self.bootstrap)
-        for key in ("security.protocol", "sasl.mechanism"):  # JAAS: via Spark settings
-            if key in client:
-                reader = reader.option(f"kafka.{key}", client[key])
         writer = (reader.load().writeStream.foreachBatch(self._batch)
                   .option("checkpointLocation", s.checkpoint)
                   .queryName(f"ttl-{self.conf.store.name}"))

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 from ttl import jars
-from ttl.config import REPO_ROOT, load
+from ttl.config import REPO_ROOT, Config, load
 from ttl.spark import LOG4J2, SPARK_DEFAULTS
 
 
@@ -41,25 +41,44 @@ def build_wheel(out_dir: Path) -> Path:
     return next(out_dir.glob("ttl-*.whl"))
 
 
-def command(conf_path: Path, job: Path, job_args: list[str], *, packages: bool = False,
+def spark_settings(conf: Config, *, local_python: bool = True) -> dict[str, str]:
+    """The ``--conf`` settings of a submit (on top of ``--properties-file``): log4j2, the
+    Python executors run, and the profile's ``[spark.settings]`` (which win). The Kubernetes
+    manifests carry the same settings (tests/unit/test_deploy.py checks it)."""
+    java_opts = f"-Dlog4j2.configurationFile=file:{LOG4J2}"
+    settings = {"spark.driver.extraJavaOptions": java_opts,
+                "spark.executor.extraJavaOptions": java_opts}
+    if local_python:
+        settings["spark.pyspark.python"] = sys.executable
+    return {**settings, **conf.spark.settings}
+
+
+def packages(conf: Config, *, all_packages: bool) -> list[str]:
+    """Maven coordinates for ``--packages``: the profile's extras, plus Delta and the Kafka
+    connector when the cluster resolves everything from Maven Central itself."""
+    core = jars.Versions.load().spark_packages() if all_packages else []
+    return [*core, *conf.spark.packages]
+
+
+def command(conf_path: Path, job: Path, job_args: list[str], *, packages_flag: bool = False,
             wheel: Path | None = None, deploy_mode: str = "client") -> list[str]:
+    """The spark-submit argument list for ``job`` under the profile at ``conf_path``."""
     conf = load(conf_path)
     spark_submit = str(Path(sys.executable).parent / "spark-submit")
     cmd = [spark_submit, "--master", conf.spark.master, "--deploy-mode", deploy_mode,
            "--name", conf.spark.app_name, "--properties-file", str(SPARK_DEFAULTS)]
-    java_opts = f"-Dlog4j2.configurationFile=file:{LOG4J2}"
-    settings = {"spark.driver.extraJavaOptions": java_opts,
-                "spark.executor.extraJavaOptions": java_opts,
-                "spark.pyspark.python": sys.executable, **conf.spark.settings}
-    for key, value in settings.items():
+    for key, value in spark_settings(conf).items():
         cmd += ["--conf", f"{key}={value}"]
-    if packages:
-        cmd += ["--packages", ",".join(jars.Versions.load().spark_packages())]
-    else:
+    if not packages_flag:
         cmd += ["--jars", ",".join(str(p) for p in jars.jars("spark"))]
+    coordinates = packages(conf, all_packages=packages_flag)
+    if coordinates:
+        cmd += ["--packages", ",".join(coordinates)]
     if wheel is not None:
         cmd += ["--py-files", str(wheel)]
-    cmd += ["--files", str(conf_path), str(job), "--conf", str(conf_path), *job_args]
+    # In cluster deploy mode the driver runs remotely and finds the --files copy by its name.
+    job_conf = conf_path.name if deploy_mode == "cluster" else str(conf_path)
+    cmd += ["--files", str(conf_path), str(job), "--conf", job_conf, *job_args]
     return cmd
 
 
@@ -75,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     job_args = [a for a in args.job_args if a != "--"]
     wheel = None if args.print else build_wheel(REPO_ROOT / "build" / "dist")
-    cmd = command(args.conf, args.job, job_args, packages=args.packages,
+    cmd = command(args.conf, args.job, job_args, packages_flag=args.packages,
                   wheel=wheel or REPO_ROOT / "build" / "dist" / "ttl-<version>.whl",
                   deploy_mode=args.deploy_mode)
     if args.print:

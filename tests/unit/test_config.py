@@ -70,3 +70,41 @@ def test_vacuum_refuses_a_retention_shorter_than_publisher_lag_plus_drill_window
 
     with pytest.raises(ConfigError, match=r"maintenance\.vacuum_retention"):
         vacuum(None, retention_ms=3_600_000, minimum_ms=2 * 3_600_000)
+
+
+SASL = {**MINIMAL, "kafka": {**MINIMAL["kafka"], "bootstrap_servers": "b1:9096",
+                             "security_protocol_env": "T_PROTO", "sasl_mechanism": "PLAIN",
+                             "sasl_username_env": "T_USER", "sasl_password_env": "T_PASS",
+                             "ssl_ca_location_env": "T_CA"}}
+
+
+def test_kafka_security_comes_from_the_environment_for_both_clients(monkeypatch):
+    monkeypatch.setenv("T_PROTO", "SASL_SSL")
+    monkeypatch.setenv("T_USER", "alice")
+    monkeypatch.setenv("T_PASS", 'p"w\\d')
+    monkeypatch.setenv("T_CA", "/etc/ca.pem")
+    kafka = config.from_dict(SASL).kafka
+    assert kafka.client_config() == {
+        "bootstrap.servers": "b1:9096", "security.protocol": "SASL_SSL",
+        "sasl.username": "alice", "sasl.password": 'p"w\\d',
+        "ssl.ca.location": "/etc/ca.pem", "sasl.mechanism": "PLAIN"}
+    options = kafka.spark_options()
+    assert options["kafka.security.protocol"] == "SASL_SSL"
+    assert options["kafka.sasl.mechanism"] == "PLAIN"
+    assert options["kafka.ssl.truststore.location"] == "/etc/ca.pem"
+    assert options["kafka.sasl.jaas.config"] == (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        'username="alice" password="p\\"w\\\\d";')
+
+
+def test_a_missing_secret_variable_is_named(monkeypatch):
+    for var in ("T_PROTO", "T_USER", "T_PASS", "T_CA"):
+        monkeypatch.setenv(var, "x")
+    monkeypatch.delenv("T_PASS")
+    with pytest.raises(ConfigError, match=r"kafka\.sasl_password_env.*\$T_PASS"):
+        config.from_dict(SASL).kafka.client_config()
+
+
+def test_plaintext_kafka_has_no_security_options():
+    options = config.from_dict(MINIMAL).kafka.spark_options("h:1")
+    assert options == {"kafka.bootstrap.servers": "h:1"}
