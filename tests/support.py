@@ -80,3 +80,46 @@ def rebuild_from_changelog(messages) -> dict[bytes, tuple[bytes, tuple]]:
         else:
             state[msg.key()] = (msg.value(), tuple(msg.headers() or ()))
     return state
+
+
+def retrying(action: Callable[[], T], attempts: int = 20) -> T:
+    """Run a Delta write, retrying when a concurrent writer's commit conflicts with it."""
+    from delta.exceptions import ConcurrentAppendException, ConcurrentDeleteReadException
+
+    for _ in range(attempts):
+        try:
+            return action()
+        except (ConcurrentAppendException, ConcurrentDeleteReadException):
+            continue
+    raise AssertionError(f"{attempts} conflicting commits in a row")
+
+
+def run_concurrently(*actions: Callable[[], object]) -> None:
+    """Run the actions in threads at once; re-raise the first failure in the caller."""
+    import threading
+
+    errors: list[BaseException] = []
+
+    def guarded(action: Callable[[], object]) -> None:
+        try:
+            action()
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(a,)) for a in actions]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+def operator_sql(spark, path: str, keys: list[bytes], rounds: int = 4) -> None:
+    """An operator's SQL DELETE and UPDATE behind the engine's back, in its own session."""
+    session = spark.newSession()
+    for i in range(rounds):
+        retrying(lambda i=i: session.sql(
+            f"DELETE FROM delta.`{path}` WHERE key = X'{keys[i].hex()}'"))
+        retrying(lambda i=i: session.sql(
+            f"UPDATE delta.`{path}` SET value = X'6f70' WHERE key = X'{keys[10 + i].hex()}'"))

@@ -227,18 +227,23 @@ def scan(conf_path: Path, limit: int) -> None:
 @click.option("--bootstrap", default=None, help="Override kafka.bootstrap_servers.")
 @click.option("--target", default=None, help="Restore into this path instead of the store.")
 @click.option("--until-version", type=int, default=None, help="Stop at this ttl.version.")
+@click.option("--until-offsets", default=None, metavar="P:O,...",
+              help="Read each changelog partition P up to offset O (exclusive), e.g. 0:120,1:98.")
 @click.option("--converter", type=click.Choice(["engine", "plain"]), default="engine",
               help="plain: a foreign changelog (value bytes, record timestamp, headers).")
 @click.option("--topic", "source_topic", default=None, help="Read this topic instead.")
 def restore_cmd(conf_path: Path, bootstrap: str | None, target: str | None,
-                until_version: int | None, converter: str, source_topic: str | None) -> None:
+                until_version: int | None, until_offsets: str | None, converter: str,
+                source_topic: str | None) -> None:
     """Rebuild the table from the changelog (one commit), then sweep and publish."""
     from ttl import jobs_support
+    from ttl import restore as restore_mod
 
     conf = _load(conf_path)
     click.echo(jobs_support.restore_store(
         conf, bootstrap or conf.kafka.bootstrap_servers, target=target,
-        until_version=until_version, converter=converter, source_topic=source_topic))
+        until_version=until_version, converter=converter, source_topic=source_topic,
+        until_offsets=restore_mod.parse_offsets(until_offsets) if until_offsets else None))
 
 
 @main.command("drill")

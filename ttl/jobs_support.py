@@ -171,8 +171,9 @@ def schedule_daemon(conf: Config) -> None:
 
 
 def restore_store(conf: Config, bootstrap: str, *, target: str | None = None,
-                  until_version: int | None = None, converter: str = "engine",
-                  source_topic: str | None = None, sweep_after: bool = True,
+                  until_version: int | None = None, until_offsets: dict[int, int] | None = None,
+                  converter: str = "engine", source_topic: str | None = None,
+                  sweep_after: bool = True,
                   wall_clock=None) -> str:
     """``ttl restore``: rebuild a table from the changelog.
 
@@ -190,7 +191,8 @@ def restore_store(conf: Config, bootstrap: str, *, target: str | None = None,
         if other is not None:
             return SKIPPED.format(holder=other.holder)
     result = restore_mod.restore(spark, conf, bootstrap, path, converter=converter,
-                                 until_version=until_version, source_topic=source_topic)
+                                 until_version=until_version, until_offsets=until_offsets,
+                                 source_topic=source_topic)
     lines = [result.summary()]
     if into_store and sweep_after:
         store = runtime.open_store(conf, spark, wall_clock=wall_clock)

@@ -36,6 +36,7 @@ from ttl.changelog import topic
 from ttl.changelog.publisher import read_progress
 from ttl.config import Config
 from ttl.errors import TtlError
+from ttl.progress import SparkProgress
 from ttl.record import INT64_MAX
 from ttl.store import commit, layout
 
@@ -71,6 +72,7 @@ class RestoreResult:
     target: str
     state: State = State.NOT_STARTED
     end_offsets: dict[int, int] = field(default_factory=dict)
+    records_total: int = 0
     records_read: int = 0
     keys_restored: int = 0
     last_version: int | None = None
@@ -86,20 +88,27 @@ class RestoreResult:
         log.info("restore of %s: %s -> %s", self.target, self.state.value, new.value)
         self.state = new
 
+    def report_reading(self, fraction: float) -> None:
+        """Progress while reading: records read (estimated from finished tasks) of total."""
+        log.info("restore of %s: reading, ~%d of %d records (%.0f%%)", self.target,
+                 round(fraction * self.records_total), self.records_total, 100 * fraction)
+
     @property
     def rate(self) -> float:
         return self.records_read / self.seconds if self.seconds else 0.0
 
     def summary(self) -> str:
-        return (f"restore {self.state.value}: {self.records_read} records read from "
+        return (f"restore {self.state.value}: {self.records_read} records read of "
+                f"{self.records_total} offsets in "
                 f"{self.topic} (end offsets {self.end_offsets}), {self.keys_restored} keys "
                 f"restored into {self.target} at version {self.version}, last ttl.version "
                 f"{self.last_version}, stream time {self.stream_time}, swept {self.swept}, "
                 f"{self.seconds:.1f} s ({self.rate:,.0f} records/s)")
 
 
-def end_offsets(conf: Config, bootstrap: str, name: str) -> dict[int, int]:
-    """Last stable offsets per partition (``read_committed`` readers stop there)."""
+def watermarks(conf: Config, bootstrap: str, name: str) -> dict[int, tuple[int, int]]:
+    """Per partition (first offset, last stable offset): ``read_committed`` readers stop at
+    the latter; their difference bounds the records a restore reads."""
     consumer = Consumer({**conf.kafka.client_config(bootstrap), "log_level": 3,
                          "group.id": f"ttl-restore-{uuid.uuid4()}",
                          "isolation.level": "read_committed"})
@@ -107,20 +116,60 @@ def end_offsets(conf: Config, bootstrap: str, name: str) -> dict[int, int]:
         meta = consumer.list_topics(name, timeout=30).topics.get(name)
         if meta is None or meta.error is not None:
             raise RestoreError(f"changelog topic {name} does not exist on {bootstrap}")
-        return {p: consumer.get_watermark_offsets(TopicPartition(name, p), timeout=30)[1]
+        return {p: consumer.get_watermark_offsets(TopicPartition(name, p), timeout=30)
                 for p in meta.partitions}
     finally:
         consumer.close()
 
 
-def _read(spark, bootstrap: str, conf: Config, name: str, ends: dict[int, int]):
+def end_offsets(conf: Config, bootstrap: str, name: str) -> dict[int, int]:
+    """Last stable offsets per partition."""
+    return {p: high for p, (_, high) in watermarks(conf, bootstrap, name).items()}
+
+
+def bounded_ends(marks: dict[int, tuple[int, int]],
+                 until_offsets: dict[int, int] | None) -> dict[int, int]:
+    """Where the read stops: the captured ends, or the operator's ``until_offsets`` (each an
+    exclusive end, as Kafka's end offsets are; every partition must be named)."""
+    ends = {p: high for p, (_, high) in marks.items()}
+    if until_offsets is None:
+        return ends
+    unknown = sorted(set(until_offsets) - set(ends))
+    missing = sorted(set(ends) - set(until_offsets))
+    if unknown or missing:
+        raise RestoreError(f"--until-offsets must name every partition of the changelog "
+                           f"{sorted(ends)} exactly (unknown {unknown}, missing {missing})")
+    beyond = {p: (o, ends[p]) for p, o in until_offsets.items() if o > ends[p] or o < 0}
+    if beyond:
+        raise RestoreError("--until-offsets outside the changelog (partition: (asked, end)) "
+                           f"{beyond}")
+    return dict(until_offsets)
+
+
+def parse_offsets(raw: str) -> dict[int, int]:
+    """``"0:120,1:98"`` -> ``{0: 120, 1: 98}`` (the CLI's ``--until-offsets``)."""
+    try:
+        pairs = (item.split(":") for item in raw.split(",") if item.strip())
+        return {int(p): int(o) for p, o in pairs}
+    except ValueError as exc:
+        raise RestoreError(f"--until-offsets {raw!r}: write partition:offset pairs separated "
+                           "by commas, e.g. 0:120,1:98") from exc
+
+
+#: Offsets per Spark task of the restore read: small enough to show progress and spread the
+#: read over executors, large enough that task overhead stays negligible.
+OFFSETS_PER_TASK = 250_000
+
+
+def _read(spark, bootstrap: str, conf: Config, name: str, ends: dict[int, int], span: int):
     starting = json.dumps({name: {str(p): -2 for p in ends}})
     ending = json.dumps({name: {str(p): o for p, o in ends.items()}})
-    reader = (spark.read.format("kafka").options(**conf.kafka.spark_options(bootstrap))
-              .option("subscribe", name).option("includeHeaders", "true")
-              .option("startingOffsets", starting).option("endingOffsets", ending)
-              .option("kafka.isolation.level", "read_committed"))
-    return reader.load()
+    tasks = max(len(ends), -(-span // OFFSETS_PER_TASK))
+    return (spark.read.format("kafka").options(**conf.kafka.spark_options(bootstrap))
+            .option("subscribe", name).option("includeHeaders", "true")
+            .option("startingOffsets", starting).option("endingOffsets", ending)
+            .option("minPartitions", str(tasks))
+            .option("kafka.isolation.level", "read_committed").load())
 
 
 def convert(records, converter: str):
@@ -176,8 +225,9 @@ def _expiry(ttl_ms: int | None):
 
 
 def restore(spark, conf: Config, bootstrap: str, target: str, *, converter: str = "engine",
-            until_version: int | None = None, source_topic: str | None = None,
-            check_topic: bool = True, wall_ms: int | None = None) -> RestoreResult:
+            until_version: int | None = None, until_offsets: dict[int, int] | None = None,
+            source_topic: str | None = None, check_topic: bool = True,
+            wall_ms: int | None = None) -> RestoreResult:
     """Rebuild ``target`` from the changelog in one commit; see the module docstring."""
     from pyspark.sql import functions as F
 
@@ -193,12 +243,17 @@ def restore(spark, conf: Config, bootstrap: str, target: str, *, converter: str 
                 problems = [p for p in problems if "cleanup.policy" in p or "exist" in p]
             if problems:
                 raise RestoreError("; ".join(problems))
-        result.end_offsets = end_offsets(conf, bootstrap, name)
-        converted = convert(_read(spark, bootstrap, conf, name, result.end_offsets), converter)
+        marks = watermarks(conf, bootstrap, name)
+        result.end_offsets = bounded_ends(marks, until_offsets)
+        result.records_total = sum(max(0, end - marks[p][0])
+                                   for p, end in result.end_offsets.items())
+        records = _read(spark, bootstrap, conf, name, result.end_offsets, result.records_total)
+        converted = convert(records, converter)
         if until_version is not None:  # a point-in-time restore sees nothing after it
             converted = converted.where(F.col("version").isNull()
                                         | (F.col("version") <= until_version))
-        converted = converted.localCheckpoint(eager=True)
+        with SparkProgress(spark, result.report_reading):
+            converted = converted.localCheckpoint(eager=True)
         stats = converted.agg(F.count(F.lit(1)).alias("n"), F.max("version").alias("v"),
                               F.max("stream_time").alias("st")).first()
         result.records_read = stats.n
@@ -209,7 +264,7 @@ def restore(spark, conf: Config, bootstrap: str, target: str, *, converter: str 
         result.stream_time = stats.st
         latest = latest_per_key(converted).where(F.col("value").isNotNull())
         progress = None
-        if converter == "engine" and until_version is None:
+        if converter == "engine" and until_version is None and until_offsets is None:
             progress = read_progress(conf.kafka, bootstrap, topic.progress_topic(name))
             if progress.stream_time is not None:
                 result.stream_time = max(x for x in (progress.stream_time, result.stream_time)

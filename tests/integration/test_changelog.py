@@ -9,13 +9,19 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import uuid
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from tests.support import bulk_load, consume_all, rebuild_from_changelog
+from tests.support import (
+    bulk_load,
+    consume_all,
+    operator_sql,
+    rebuild_from_changelog,
+    retrying,
+    run_concurrently,
+)
 from ttl import jars
 from ttl.changelog import topic
 from ttl.changelog.publisher import Publisher, PublisherFenced, read_progress
@@ -130,49 +136,18 @@ def test_changelog_rebuilds_the_table_with_two_concurrent_writers(spark, kafka, 
     """An operator's SQL DELETE/UPDATE racing the store's batches: the topic still rebuilds
     the table exactly (what would be lost if the publisher trusted only the engine's own
     writes)."""
-    from delta.exceptions import ConcurrentAppendException, ConcurrentDeleteReadException
-
     store = make_store(spark, table_path)
     rng = random.Random(7)
     keys = [f"k{i}".encode() for i in range(30)]
-    errors: list[BaseException] = []
-
-    def retrying(action):
-        for _ in range(20):
-            try:
-                return action()
-            except (ConcurrentAppendException, ConcurrentDeleteReadException):
-                continue
-        raise AssertionError("too many conflicts")
 
     def engine_writer():
-        try:
-            for b in range(4):
-                recs = [InputRecord(rng.choice(keys), rng.choice([None, b"v%d" % b, b"w"]),
-                                    NOW - rng.randint(0, 100), (("b", str(b).encode()),), 0,
-                                    b * 100 + i) for i in range(25)]
-                retrying(lambda recs=recs: store.apply_records(recs))
-        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
-            errors.append(exc)
+        for b in range(4):
+            recs = [InputRecord(rng.choice(keys), rng.choice([None, b"v%d" % b, b"w"]),
+                                NOW - rng.randint(0, 100), (("b", str(b).encode()),), 0,
+                                b * 100 + i) for i in range(25)]
+            retrying(lambda recs=recs: store.apply_records(recs))
 
-    def operator():
-        session = spark.newSession()
-        try:
-            for i in range(4):
-                retrying(lambda i=i: session.sql(
-                    f"DELETE FROM delta.`{table_path}` WHERE key = X'{keys[i].hex()}'"))
-                retrying(lambda i=i: session.sql(
-                    f"UPDATE delta.`{table_path}` SET value = X'6f70' "
-                    f"WHERE key = X'{keys[10 + i].hex()}'"))
-        except BaseException as exc:  # noqa: BLE001
-            errors.append(exc)
-
-    threads = [threading.Thread(target=engine_writer), threading.Thread(target=operator)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    run_concurrently(engine_writer, lambda: operator_sql(spark, table_path, keys))
     result = publisher(spark, store, kconf, kafka).publish()
     msgs = read_changelog(kafka, kconf, result.records)
     assert rebuilt_with_ts(msgs) == as_rebuilt(table_state(spark, table_path))

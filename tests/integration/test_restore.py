@@ -8,6 +8,7 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
+from tests.support import operator_sql, retrying, run_concurrently
 from ttl import drill, eviction, jobs_support
 from ttl.changelog import topic
 from ttl.changelog.publisher import Publisher, read_progress
@@ -36,26 +37,31 @@ def make_conf(tmp_path, kafka, ttl="60s", clock="wall"):
 
 
 def workload(spark, conf, kafka, wall: FixedClock, batches: int = 4) -> DeltaStore:
-    """Puts, deletes, expiries from both clocks and an operator's UPDATE, all published."""
+    """Puts, deletes, expiries from both clocks, and an operator's SQL DELETE/UPDATE racing
+    the batches and sweeps (a concurrent writer), all published."""
     store = DeltaStore(spark, conf.store, clock="both", wall_clock=wall)
     rng = random.Random(3)
     keys = [f"k{i}".encode() for i in range(25)]
-    offset = 0
-    for b in range(batches):
-        recs = []
-        for _ in range(20):
-            key = rng.choice(keys)
-            value = None if rng.random() < 0.15 else f"v{b}-{offset}".encode()
-            hdrs = (("h", str(offset).encode()), ("z", None), ("h", b"dup"))
-            ts = wall.now_ms() - rng.randint(0, 70_000)
-            extra = (("ttl.ttl", b"1000"),) if rng.random() < 0.1 else ()
-            recs.append(InputRecord(key, value, -1, (("ttl.ts", str(ts).encode()), *hdrs,
-                                                     *extra), 0, offset))
-            offset += 1
-        store.apply_records(recs)
-        wall.advance(20_000)
-        eviction.sweep(store, "wall")
-        eviction.sweep(store, "stream")
+
+    def engine() -> None:
+        offset = 0
+        for b in range(batches):
+            recs = []
+            for _ in range(20):
+                key = rng.choice(keys)
+                value = None if rng.random() < 0.15 else f"v{b}-{offset}".encode()
+                hdrs = (("h", str(offset).encode()), ("z", None), ("h", b"dup"))
+                ts = wall.now_ms() - rng.randint(0, 70_000)
+                extra = (("ttl.ttl", b"1000"),) if rng.random() < 0.1 else ()
+                recs.append(InputRecord(key, value, -1, (("ttl.ts", str(ts).encode()), *hdrs,
+                                                         *extra), 0, offset))
+                offset += 1
+            retrying(lambda recs=recs: store.apply_records(recs))
+            wall.advance(20_000)
+            eviction.sweep(store, "wall")
+            eviction.sweep(store, "stream")
+
+    run_concurrently(engine, lambda: operator_sql(spark, conf.store.path, keys, rounds=3))
     spark.sql(f"UPDATE delta.`{conf.store.path}` SET value = X'6f70' WHERE key = X'6b31'")
     publisher = Publisher(spark, conf.store.path, conf.store.name, conf.kafka, conf.changelog,
                           kafka.bootstrap_servers)
@@ -240,3 +246,39 @@ def test_an_empty_changelog_never_wipes_a_table_with_entries(spark, kafka, tmp_p
                                             "message.timestamp.type": "LogAppendTime"})
     with pytest.raises(RestoreError, match="is empty"):
         restore(spark, conf, kafka.bootstrap_servers, conf.store.path, source_topic=empty)
+
+
+def test_point_in_time_restore_up_to_a_version_or_to_offsets(spark, kafka, tmp_path, caplog):
+    """``--until-version V`` and ``--until-offsets`` (the changelog positions where V ends)
+    both rebuild the table as it was at V, and the read reports records read of total."""
+    conf = make_conf(tmp_path, kafka, ttl="1h")
+    store = DeltaStore(spark, conf.store, wall_clock=FixedClock(NOW))
+    put = [InputRecord(k, b"1", -1, (("ttl.ts", str(NOW).encode()), ("u", k)), 0, i)
+           for i, k in enumerate([b"a", b"b", b"c", b"d"])]
+    first = store.apply_records(put).version
+    store.apply_records([InputRecord(b"a", b"2", -1, (("ttl.ts", str(NOW).encode()),), 0, 4),
+                         InputRecord(b"b", None, -1, (("ttl.ts", str(NOW).encode()),), 0, 5)])
+    publisher = Publisher(spark, conf.store.path, conf.store.name, conf.kafka, conf.changelog,
+                          kafka.bootstrap_servers)
+    publisher.publish()
+    publisher.close()
+    at_first = {bytes(r.key): (bytes(r.value), r.ts, r.expires_at) for r in spark.read.format(
+        "delta").option("versionAsOf", first).load(conf.store.path).collect()}
+    msgs = _all(kafka, conf.kafka.changelog_topic)
+    ends = {p: 0 for p in range(conf.kafka.changelog_partitions)}
+    for m in msgs:
+        if int(dict(m.headers())["ttl.version"]) <= first:
+            ends[m.partition()] = m.offset() + 1
+    caplog.set_level("INFO", logger="ttl.restore")
+    for name, point in (("v", {"until_version": first}), ("o", {"until_offsets": ends})):
+        target = str(tmp_path / f"pit-{name}")
+        result = restore(spark, conf, kafka.bootstrap_servers, target, wall_ms=NOW, **point)
+        got = {bytes(r.key): (bytes(r.value), r.ts, r.expires_at)
+               for r in spark.read.format("delta").load(target).collect()}
+        assert got == at_first, point
+        assert result.last_version == first and result.input_offsets == {}
+    assert f"of {result.records_total} records (100%)" in caplog.text
+    assert result.records_total == sum(ends.values()) and result.records_read <= len(msgs)
+    with pytest.raises(RestoreError, match=r"every partition.*missing \[1\]"):
+        restore(spark, conf, kafka.bootstrap_servers, str(tmp_path / "x"),
+                until_offsets={0: 1})
