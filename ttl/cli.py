@@ -72,6 +72,29 @@ def broker(data_dir: Path | None) -> None:
         kafka.stop()
 
 
+@main.command("spark-cluster")
+@click.option("--workers", type=int, default=2, show_default=True)
+@click.option("--cores", type=int, default=1, show_default=True, help="Cores per worker.")
+@click.option("--memory", default="2g", show_default=True, help="Memory per worker.")
+@click.option("--port", type=int, default=7077, show_default=True, help="The master's port.")
+def spark_cluster(workers: int, cores: int, memory: str, port: int) -> None:
+    """Run a Spark standalone cluster on 127.0.0.1 in the foreground until interrupted."""
+    import signal
+
+    from ttl.spark_standalone import LocalSparkCluster
+
+    cluster = LocalSparkCluster(workers, cores=cores, memory=memory, port=port).start()
+    click.echo(f"spark.master={cluster.master_url}  web UI http://127.0.0.1:{cluster.ui_port}"
+               "  (Ctrl-C stops)")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        signal.pause()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        cluster.stop()
+
+
 # -- the store's jobs ----------------------------------------------------------------------
 
 CONF = click.option("--conf", "conf_path", type=click.Path(path_type=Path),

@@ -32,12 +32,12 @@ class LocalSparkCluster:
     """``with LocalSparkCluster(workers=2) as cluster: ... cluster.master_url ...``"""
 
     def __init__(self, workers: int = 2, *, cores: int = 1, memory: str = "2g",
-                 work_dir: str | Path | None = None) -> None:
+                 work_dir: str | Path | None = None, port: int | None = None) -> None:
         self.workers = workers
         self.cores = cores
         self.memory = memory
         self.dir = Path(work_dir or tempfile.mkdtemp(prefix="ttl-spark-"))
-        self.port = free_port()
+        self.port = port or free_port()
         self.ui_port = free_port()
         self.processes: list[subprocess.Popen] = []
 
