@@ -55,13 +55,15 @@ def demo(data_dir: Path, records: int) -> None:
 
 @main.command()
 @click.option("--data-dir", type=click.Path(path_type=Path), default=None)
-def broker(data_dir: Path | None) -> None:
-    """Run the local Kafka broker in the foreground until interrupted."""
+@click.option("--brokers", type=click.IntRange(1, 9), default=1, show_default=True,
+              help="Nodes (3: a KRaft cluster with a static quorum, RF 3, min ISR 2).")
+def broker(data_dir: Path | None, brokers: int) -> None:
+    """Run the local Kafka broker (or cluster) in the foreground until interrupted."""
     import signal
 
     from ttl.kafka_local import LocalKafka
 
-    kafka = LocalKafka(data_dir).start()
+    kafka = LocalKafka(data_dir, brokers=brokers).start(timeout=90.0 * brokers)
     click.echo(f"bootstrap.servers={kafka.bootstrap_servers}  (Ctrl-C stops)")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:

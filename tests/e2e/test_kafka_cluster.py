@@ -63,7 +63,7 @@ changelog_partitions = 2
 replication_factor = {replication}
 {security}
 [eviction]
-interval = "1s"
+interval = "30s"
 lease = "4s"
 [maintenance]
 optimize_interval = "1d"
@@ -155,8 +155,10 @@ def cluster(tmp_path_factory) -> Iterator[LocalKafka]:
 def test_job_survives_a_killed_broker_and_table_and_changelog_stay_exact(spark, cluster,
                                                                          tmp_path):
     client = cluster.client_config()
+    # Few, large batches (each costs a MERGE and a publication whatever its size), but the
+    # first phase alone needs two, so the broker dies while the job is mid-run.
     conf_path = write_profile(tmp_path, cluster.bootstrap_servers, replication=3,
-                              max_offsets=150)
+                              max_offsets=450)
     conf = load(conf_path)
     create_topics(client, conf_path)
     changelog = conf.kafka.changelog_topic
@@ -184,7 +186,11 @@ def test_job_survives_a_killed_broker_and_table_and_changelog_stay_exact(spark, 
             [sum(1 for r in first + second if r.partition == p) for p in (0, 1)])}
         wait_until(lambda: job.poll() is not None or consumed_offsets(log) == wanted,
                    timeout=240, interval=0.5, what="the job to consume all input")
-        # The job kept going: the same process consumed everything (no restart happened).
+        # The job keeps going, no restart: the same process consumes everything. The
+        # publisher's transactional producer (librdkafka) and Spark's Kafka source fail over
+        # to the new leaders by themselves; if the victim led an input partition, Spark's
+        # offset reader (a Java AdminClient) can wait out its default.api.timeout.ms (60 s)
+        # once on the stale leader before its own retry succeeds (a stall, not a failure).
         assert job.poll() is None, "the job died with the broker:\n" + log.read_text()[-8000:]
         job.send_signal(signal.SIGTERM)
         assert job.wait(timeout=120) == 0, log.read_text()[-8000:]
