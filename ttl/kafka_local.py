@@ -304,6 +304,8 @@ class LocalKafka:
             node.process = self._java(node, "kafka.Kafka", str(config), log_to=out)
 
     def start(self, timeout: float = 90.0) -> LocalKafka:
+        """Start every node together (a static quorum elects no leader until a majority
+        runs), then wait until all of them serve as brokers."""
         started = time.monotonic()
         cluster_id = self._cluster_id()
         for node in self.nodes:
