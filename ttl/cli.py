@@ -53,25 +53,30 @@ def demo(data_dir: Path, records: int) -> None:
     click.echo("demo summary: " + ", ".join(f"{k}={v}" for k, v in summary.items()))
 
 
-@main.command()
-@click.option("--data-dir", type=click.Path(path_type=Path), default=None)
-@click.option("--brokers", type=click.IntRange(1, 9), default=1, show_default=True,
-              help="Nodes (3: a KRaft cluster with a static quorum, RF 3, min ISR 2).")
-def broker(data_dir: Path | None, brokers: int) -> None:
-    """Run the local Kafka broker (or cluster) in the foreground until interrupted."""
+def _foreground(banner: str, stop) -> None:
+    """Print how to reach a local service, then hold until SIGTERM or Ctrl-C, then stop it."""
     import signal
 
-    from ttl.kafka_local import LocalKafka
-
-    kafka = LocalKafka(data_dir, brokers=brokers).start(timeout=90.0 * brokers)
-    click.echo(f"bootstrap.servers={kafka.bootstrap_servers}  (Ctrl-C stops)")
+    click.echo(f"{banner}  (Ctrl-C stops)")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         signal.pause()
     except KeyboardInterrupt:
         pass
     finally:
-        kafka.stop()
+        stop()
+
+
+@main.command()
+@click.option("--data-dir", type=click.Path(path_type=Path), default=None)
+@click.option("--brokers", type=click.IntRange(1, 9), default=1, show_default=True,
+              help="Nodes (3: a KRaft cluster with a static quorum, RF 3, min ISR 2).")
+def broker(data_dir: Path | None, brokers: int) -> None:
+    """Run the local Kafka broker (or cluster) in the foreground until interrupted."""
+    from ttl.kafka_local import LocalKafka
+
+    kafka = LocalKafka(data_dir, brokers=brokers).start(timeout=90.0 * brokers)
+    _foreground(f"bootstrap.servers={kafka.bootstrap_servers}", kafka.stop)
 
 
 @main.command("spark-cluster")
@@ -81,20 +86,11 @@ def broker(data_dir: Path | None, brokers: int) -> None:
 @click.option("--port", type=int, default=7077, show_default=True, help="The master's port.")
 def spark_cluster(workers: int, cores: int, memory: str, port: int) -> None:
     """Run a Spark standalone cluster on 127.0.0.1 in the foreground until interrupted."""
-    import signal
-
     from ttl.spark_standalone import LocalSparkCluster
 
     cluster = LocalSparkCluster(workers, cores=cores, memory=memory, port=port).start()
-    click.echo(f"spark.master={cluster.master_url}  web UI http://127.0.0.1:{cluster.ui_port}"
-               "  (Ctrl-C stops)")
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    try:
-        signal.pause()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        cluster.stop()
+    _foreground(f"spark.master={cluster.master_url}  web UI "
+                f"http://127.0.0.1:{cluster.ui_port}", cluster.stop)
 
 
 # -- the store's jobs ----------------------------------------------------------------------

@@ -90,7 +90,7 @@ _JAAS_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModu
                  "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
 
 
-def _jaas_quote(value: str) -> str:
+def jaas_quote(value: str) -> str:
     """A JAAS option value in double quotes (backslash and quote escaped)."""
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
@@ -153,8 +153,8 @@ class KafkaConfig(_Section):
         if self.sasl_mechanism and "sasl.username" in client:
             options["kafka.sasl.jaas.config"] = (
                 f"{_JAAS_MODULES[self.sasl_mechanism]} required "
-                f"username={_jaas_quote(client['sasl.username'])} "
-                f"password={_jaas_quote(client.get('sasl.password', ''))};")
+                f"username={jaas_quote(client['sasl.username'])} "
+                f"password={jaas_quote(client.get('sasl.password', ''))};")
         return options
 
 

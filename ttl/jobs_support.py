@@ -183,6 +183,7 @@ def restore_store(conf: Config, bootstrap: str, *, target: str | None = None,
     """
     from ttl import restore as restore_mod
 
+    runtime.check_kafka_access(conf, bootstrap)
     spark = runtime.session(conf)
     into_store = target is None or target == conf.store.path
     path = conf.store.path if into_store else target
@@ -216,6 +217,7 @@ def drill(conf: Config, bootstrap: str, report_path=None, source_topic: str | No
     """``ttl drill``: restore into scratch and diff with the table at the published version."""
     from ttl import drill as drill_mod
 
+    runtime.check_kafka_access(conf, bootstrap)
     spark = runtime.session(conf)
     return drill_mod.run(spark, conf, bootstrap, report_path=report_path,
                          source_topic=source_topic)

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import IO
 
 from ttl import jars
+from ttl.config import jaas_quote
 from ttl.errors import BrokerError, SetupError
 
 log = logging.getLogger(__name__)
@@ -74,10 +75,6 @@ def _die_with_parent() -> None:
     """Runs in the child before exec: ask the kernel to SIGKILL it when the parent dies."""
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def _jaas_quote(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 @dataclass
@@ -224,13 +221,13 @@ class LocalKafka:
         }
         if self.sasl_users:
             users = {**self.sasl_users, _BROKER_USER: self._broker_password}
-            entries = " ".join(f"user_{u}={_jaas_quote(p)}" for u, p in users.items())
+            entries = " ".join(f"user_{u}={jaas_quote(p)}" for u, p in users.items())
             props.update({
                 "sasl.enabled.mechanisms": "PLAIN",
                 "sasl.mechanism.inter.broker.protocol": "PLAIN",
                 "listener.name.sasl_plaintext.plain.sasl.jaas.config":
-                    f"{_PLAIN_MODULE} required username={_jaas_quote(_BROKER_USER)} "
-                    f"password={_jaas_quote(self._broker_password)} {entries};",
+                    f"{_PLAIN_MODULE} required username={jaas_quote(_BROKER_USER)} "
+                    f"password={jaas_quote(self._broker_password)} {entries};",
             })
         return props
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 from ttl.changelog import topic
 from ttl.changelog.publisher import Publisher
 from ttl.config import Config
-from ttl.errors import ConfigError
+from ttl.errors import ConfigError, TtlError
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,45 @@ def kafka_endpoint(conf: Config, data_dir: Path | None = None) -> Iterator[str]:
     base = Path(data_dir or Path(conf.store.path).parent)
     with LocalKafka(base / "kafka") as broker:
         yield broker.bootstrap_servers
+
+
+class KafkaAccessDenied(TtlError):
+    """The brokers refused the configured credentials. Operator action: fix the values of
+    the environment variables named by ``kafka.sasl_username_env``/``sasl_password_env``."""
+
+
+def check_kafka_access(conf: Config, bootstrap: str, timeout: float = 30.0) -> None:
+    """Fail fast, naming the cause, when the brokers refuse our credentials.
+
+    librdkafka retries a failed SASL handshake like a network error, so without this check a
+    wrong password surfaces after 30 s of retry lines as a ``Broker transport failure``
+    traceback (and Spark's Java client would retry for longer still). Authentication errors
+    reach only the error callback; anything else (a broker still starting) is left to the
+    callers' own timeouts. The message names settings, never their values.
+    """
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    refused: list[str] = []
+
+    def on_error(err: KafkaError) -> None:
+        if err.code() == KafkaError._AUTHENTICATION:
+            refused.append(err.str())
+
+    admin = AdminClient({**conf.kafka.client_config(bootstrap), "log_level": 0,
+                         "error_cb": on_error})
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            admin.list_topics(timeout=1)
+            return
+        except KafkaException:
+            admin.poll(0)  # serves the error callback
+            if refused:
+                raise KafkaAccessDenied(
+                    f"Kafka at {bootstrap} refused the credentials configured in "
+                    f"{conf.source}: {refused[-1]} (check the variables named by "
+                    "kafka.sasl_username_env and kafka.sasl_password_env)") from None
 
 
 def session(conf: Config):

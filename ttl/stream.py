@@ -38,11 +38,6 @@ class StreamOwned(TtlError):
     """Another stream job holds the store's lease. Operator action: stop it first."""
 
 
-class KafkaAccessDenied(TtlError):
-    """The brokers refused the configured credentials. Operator action: fix the values of
-    the environment variables named by ``kafka.sasl_username_env``/``sasl_password_env``."""
-
-
 @dataclass
 class StreamSummary:
     batches: int = 0
@@ -284,40 +279,6 @@ def input_end_offsets(conf: Config, bootstrap: str) -> dict[int, int]:
         consumer.close()
 
 
-def check_kafka_access(conf: Config, bootstrap: str, timeout: float = 30.0) -> None:
-    """Fail fast, naming the cause, when the brokers refuse our credentials.
-
-    librdkafka retries a failed SASL handshake like a network error, so without this check a
-    wrong password surfaces after 30 s of retry lines as a ``Broker transport failure``
-    traceback (and Spark's Java client would retry for longer still). Authentication errors
-    reach only the error callback; anything else (a broker still starting) is left to the
-    callers' own timeouts. The message names settings, never their values.
-    """
-    from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import AdminClient
-
-    refused: list[str] = []
-
-    def on_error(err: KafkaError) -> None:
-        if err.code() == KafkaError._AUTHENTICATION:
-            refused.append(err.str())
-
-    admin = AdminClient({**conf.kafka.client_config(bootstrap), "log_level": 0,
-                         "error_cb": on_error})
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            admin.list_topics(timeout=1)
-            return
-        except KafkaException:
-            admin.poll(0)  # serves the error callback
-            if refused:
-                raise KafkaAccessDenied(
-                    f"Kafka at {bootstrap} refused the credentials configured in "
-                    f"{conf.source}: {refused[-1]} (check the variables named by "
-                    "kafka.sasl_username_env and kafka.sasl_password_env)") from None
-
-
 def run_from_config(conf: Config, *, available_now: bool = False,
                     demo_seconds: int | None = None) -> str:
     """Start everything a profile names, run the stream, return the closing summary.
@@ -330,7 +291,7 @@ def run_from_config(conf: Config, *, available_now: bool = False,
 
     with runtime.kafka_endpoint(conf) as bootstrap:
         embedded = conf.kafka.bootstrap_servers == "embedded"
-        check_kafka_access(conf, bootstrap)  # before Spark starts: seconds, not minutes
+        runtime.check_kafka_access(conf, bootstrap)  # before Spark starts: seconds, not minutes
         spark = runtime.session(conf)
         runtime.ensure_input_topic(conf, bootstrap, create=embedded)
         if embedded:

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.e2e.test_stream_job import table_rows
+from tests.e2e.test_stream_job import DAY, TTL_BIN, table_rows, write_profile
 from tests.support import wait_until
 from ttl.config import REPO_ROOT, load
 from ttl.kafka_local import LocalKafka
@@ -27,8 +26,6 @@ from ttl.record import InputRecord
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
 
-TTL_BIN = str(Path(sys.executable).parent / "ttl")
-DAY = 86_400_000
 SASL_USER = "ttl-job"
 # Distinctive, so finding it anywhere in output or logs is a real leak, not a coincidence.
 SASL_PASSWORD = f"pw-{secrets.token_hex(8)}-NeverLogMe"
@@ -38,44 +35,18 @@ SASL_ENV = {"TTL_TEST_KAFKA_PROTOCOL": "SASL_PLAINTEXT", "TTL_TEST_KAFKA_USER": 
 
 # -- helpers ---------------------------------------------------------------------------------
 
-def write_profile(tmp_path: Path, bootstrap: str, *, replication: int = 1,
-                  sasl: bool = False, max_offsets: int = 100_000) -> Path:
+def cluster_profile(tmp_path: Path, bootstrap: str, *, replication: int = 1,
+                    sasl: bool = False, max_offsets: int = 100_000) -> Path:
     """A profile for an external (non-embedded) Kafka; SASL settings name env vars only."""
-    name = f"cl{uuid.uuid4().hex[:8]}"
     security = """
 security_protocol_env = "TTL_TEST_KAFKA_PROTOCOL"
 sasl_mechanism = "PLAIN"
 sasl_username_env = "TTL_TEST_KAFKA_USER"
 sasl_password_env = "TTL_TEST_KAFKA_PASSWORD"
 """ if sasl else ""
-    conf = tmp_path / f"{name}.toml"
-    conf.write_text(f"""
-[store]
-name = "{name}"
-path = "{tmp_path / 'store'}"
-ttl = "1d"
-[kafka]
-bootstrap_servers = "{bootstrap}"
-input_topic = "{name}-in"
-changelog_topic = "{name}-cl"
-input_partitions = 2
-changelog_partitions = 2
-replication_factor = {replication}
-{security}
-[eviction]
-interval = "30s"
-lease = "4s"
-[maintenance]
-optimize_interval = "1d"
-vacuum_interval = "1d"
-[stream]
-checkpoint = "{tmp_path / 'checkpoint'}"
-trigger = "1s"
-max_offsets_per_trigger = {max_offsets}
-[spark.settings]
-"spark.sql.shuffle.partitions" = "2"
-""")
-    return conf
+    return write_profile(tmp_path, bootstrap, max_offsets=max_offsets, interval="30s",
+                         kafka_extra=f"input_partitions = 2\nreplication_factor = "
+                                     f"{replication}\n{security}")
 
 
 def ttl(*args: str, env: dict | None = None, timeout: float = 300,
@@ -157,7 +128,7 @@ def test_job_survives_a_killed_broker_and_table_and_changelog_stay_exact(spark, 
     client = cluster.client_config()
     # Few, large batches (each costs a MERGE and a publication whatever its size), but the
     # first phase alone needs two, so the broker dies while the job is mid-run.
-    conf_path = write_profile(tmp_path, cluster.bootstrap_servers, replication=3,
+    conf_path = cluster_profile(tmp_path, cluster.bootstrap_servers, replication=3,
                               max_offsets=450)
     conf = load(conf_path)
     create_topics(client, conf_path)
@@ -230,7 +201,7 @@ def _leaks(root: Path, suffixes: tuple[str, ...] | None = None) -> list[Path]:
 
 def test_sasl_job_and_drill_authenticate_and_never_reveal_the_password(spark, sasl_kafka,
                                                                         tmp_path):
-    conf_path = write_profile(tmp_path, sasl_kafka.bootstrap_servers, sasl=True)
+    conf_path = cluster_profile(tmp_path, sasl_kafka.bootstrap_servers, sasl=True)
     conf = load(conf_path)
     assert SASL_PASSWORD not in conf_path.read_text()
     create_topics(sasl_kafka.client_config(), conf_path, env=SASL_ENV, cwd=tmp_path)
@@ -259,7 +230,7 @@ def test_sasl_job_and_drill_authenticate_and_never_reveal_the_password(spark, sa
 
 def test_sasl_wrong_password_fails_with_a_clear_error_instead_of_hanging(sasl_kafka,
                                                                          tmp_path):
-    conf_path = write_profile(tmp_path, sasl_kafka.bootstrap_servers, sasl=True)
+    conf_path = cluster_profile(tmp_path, sasl_kafka.bootstrap_servers, sasl=True)
     create_topics(sasl_kafka.client_config(), conf_path, env=SASL_ENV, cwd=tmp_path)
     wrong = {**SASL_ENV, "TTL_TEST_KAFKA_PASSWORD": "not-" + SASL_PASSWORD[:6]}
     started = time.monotonic()

@@ -28,8 +28,10 @@ TTL_BIN = str(Path(sys.executable).parent / "ttl")
 DAY = 86_400_000
 
 
-def write_conf(tmp_path: Path, kafka, *, ttl: str = "1d", clock: str = "wall",
-               extra: str = "", max_offsets: int = 100_000, changelog_policy=None) -> Path:
+def write_profile(tmp_path: Path, bootstrap: str, *, ttl: str = "1d", clock: str = "wall",
+                  extra: str = "", max_offsets: int = 100_000, kafka_extra: str = "",
+                  interval: str = "1s") -> Path:
+    """A profile for a test's own store against an external (already running) Kafka."""
     name = f"e2e{uuid.uuid4().hex[:8]}"
     conf = tmp_path / f"{name}.toml"
     conf.write_text(f"""
@@ -38,13 +40,14 @@ name = "{name}"
 path = "{tmp_path / 'store'}"
 ttl = "{ttl}"
 [kafka]
-bootstrap_servers = "{kafka.bootstrap_servers}"
+bootstrap_servers = "{bootstrap}"
 input_topic = "{name}-in"
 changelog_topic = "{name}-cl"
 changelog_partitions = 2
+{kafka_extra}
 [eviction]
 clock = "{clock}"
-interval = "1s"
+interval = "{interval}"
 lease = "4s"
 [maintenance]
 optimize_interval = "1d"
@@ -57,6 +60,14 @@ max_offsets_per_trigger = {max_offsets}
 "spark.sql.shuffle.partitions" = "2"
 {extra}
 """)
+    return conf
+
+
+def write_conf(tmp_path: Path, kafka, *, ttl: str = "1d", clock: str = "wall",
+               extra: str = "", max_offsets: int = 100_000, changelog_policy=None) -> Path:
+    """A profile on the session's broker, with its input and changelog topics created."""
+    conf = write_profile(tmp_path, kafka.bootstrap_servers, ttl=ttl, clock=clock, extra=extra,
+                         max_offsets=max_offsets)
     loaded = load(conf)
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
     admin.create_topics([NewTopic(loaded.kafka.input_topic, 2, 1)])[
