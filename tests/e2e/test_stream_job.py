@@ -320,3 +320,32 @@ def test_disaster_recovery_resumes_the_stream_right_after_the_restored_input(
     model.apply_batch(sorted(after, key=lambda r: (r.partition, r.offset)), now)
     expected = {k: (e.value, e.ts, e.headers) for k, e in model.entries.items()}
     assert table_rows(spark, conf.store.path) == expected            # nothing lost
+
+
+def test_schedule_daemon_sweeps_on_its_schedule_and_stops_on_sigterm(spark, kafka, tmp_path):
+    """`ttl schedule` as the systemd unit runs it: wall-clock sweeps while no stream runs
+    (expired entries leave, tombstones are published), then SIGTERM stops it with exit 0."""
+    from ttl.store import DeltaStore
+
+    conf_path = write_conf(tmp_path, kafka, ttl="30s")  # alive when written, even under load
+    conf = load(conf_path)
+    store = DeltaStore(spark, conf.store)
+    now = int(time.time() * 1000)
+    written = store.apply_records(
+        [InputRecord(f"k{i}".encode(), b"v", now, (), 0, i) for i in range(5)])
+    assert written.counts.upserted == 5
+    daemon = subprocess.Popen([TTL_BIN, "schedule", "--conf", str(conf_path)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        swept = wait_until(lambda: spark.read.format("delta").load(conf.store.path).count() == 0
+                           or daemon.poll() is not None, timeout=180, interval=1.0,
+                           what="the daemon's sweep")
+        msgs = consume_all(kafka.bootstrap_servers, conf.kafka.changelog_topic, 10,
+                           timeout=120) if daemon.poll() is None else []
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        _, err = daemon.communicate(timeout=120)
+    assert swept and daemon.returncode == 0, err[-4000:]
+    assert "scheduler for" in err and "evicted 5 entries" in err, err[-4000:]
+    assert sorted(m.key() for m in msgs if m.value() is None) == \
+        [f"k{i}".encode() for i in range(5)], err[-4000:]
