@@ -1,0 +1,42 @@
+"""deploy/submit's command for both profiles: what it ships, and that no secret is in it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ttl import submit
+from ttl.config import CONF_DIR
+
+CLUSTER = CONF_DIR / "cluster.example.toml"
+LOCAL = CONF_DIR / "local.toml"
+SECRETS = {"TTL_KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "TTL_KAFKA_USERNAME": "svc-user-7f3a",
+           "TTL_KAFKA_PASSWORD": "hunter2-Secret-9c1e", "TTL_KAFKA_CA_PEM": "/etc/ca-1d2e.pem"}
+
+
+def test_cluster_command_ships_packages_wheel_and_profile_and_never_a_secret(monkeypatch):
+    for name, value in SECRETS.items():
+        monkeypatch.setenv(name, value)
+    cmd = submit.command(CLUSTER, Path("jobs/stream.py"), [], packages_flag=True,
+                         wheel=Path("ttl.whl"))
+    text = " ".join(cmd)
+    for value in SECRETS.values():
+        assert value not in text
+    assert cmd[cmd.index("--master") + 1].startswith("spark://")
+    packages = cmd[cmd.index("--packages") + 1].split(",")
+    assert "org.apache.hadoop:hadoop-aws:3.4.2" in packages
+    assert any(p.startswith("io.delta:delta-spark_") for p in packages)
+    assert "--jars" not in cmd
+    assert cmd[cmd.index("--py-files") + 1] == "ttl.whl"
+    assert "spark.delta.logStore.s3a.impl=io.delta.storage.S3DynamoDBLogStore" in cmd
+    assert "spark.pyspark.python=python3" in cmd          # the profile wins over this venv
+    assert cmd[-3:] == ["jobs/stream.py", "--conf", str(CLUSTER)]
+
+
+def test_local_command_uses_the_jar_bundle_and_cluster_mode_passes_the_profile_by_name():
+    cmd = submit.command(LOCAL, Path("jobs/drill.py"), ["--report", "r.json"])
+    assert "--jars" in cmd and "--packages" not in cmd
+    assert cmd[cmd.index("--master") + 1] == "local[*]"
+    clustered = submit.command(CLUSTER, Path("jobs/drill.py"), [], packages_flag=True,
+                               deploy_mode="cluster")
+    assert clustered[-2:] == ["--conf", "cluster.example.toml"]
+    assert clustered[clustered.index("--files") + 1] == str(CLUSTER)
