@@ -204,14 +204,25 @@ class Publisher:
             self._publish_versions(start, end, result)
         except PublisherFenced:
             raise
-        except Exception:
-            # Leave nothing half-done: abort the open transaction, forget uncommitted progress.
-            self.progress = committed
-            try:
-                self.producer.abort_transaction(30)
-            except KafkaException:
-                log.warning("could not abort the changelog transaction", exc_info=True)
+        except KafkaException as exc:
+            # A fatal error (fenced by a newer instance with our transactional id) can surface
+            # at produce, add-partitions or commit time, whichever comes first.
+            if exc.args and getattr(exc.args[0], "fatal", lambda: False)():
+                self.progress = committed
+                raise PublisherFenced(f"publisher of {self.store} was fenced: {exc}") from exc
+            self._abort(committed)
             raise
+        except Exception:
+            self._abort(committed)
+            raise
+
+    def _abort(self, committed: Progress) -> None:
+        """Leave nothing half-done: abort the open transaction, forget uncommitted progress."""
+        self.progress = committed
+        try:
+            self.producer.abort_transaction(30)
+        except KafkaException:
+            log.warning("could not abort the changelog transaction", exc_info=True)
 
     def _publish_versions(self, start: int, end: int, result: PublishResult) -> None:
         metadata = self._metadata(start, end)
