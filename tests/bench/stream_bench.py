@@ -31,7 +31,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import shutil
 import signal
 import subprocess
@@ -40,13 +39,13 @@ import tempfile
 import threading
 import time
 import uuid
-from importlib import metadata as md
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
-from ttl.changelog import topic
+from tests.bench.machine import machine_facts
+from tests.e2e.test_stream_job import write_conf as e2e_write_conf
+from tests.support import wait_until
 from ttl.config import load
 from ttl.kafka_local import LocalKafka
 
@@ -56,28 +55,6 @@ EOF = -191  # KafkaError._PARTITION_EOF
 
 
 # -- helpers ----------------------------------------------------------------------------------
-
-def _version(dist: str) -> str:
-    try:
-        return md.version(dist)
-    except md.PackageNotFoundError:
-        return "?"
-
-
-def machine_facts() -> None:
-    import confluent_kafka
-
-    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
-    ck = confluent_kafka.version()
-    ck = ck[0] if isinstance(ck, tuple) else ck  # a string in recent releases
-    print(f"machine: nproc={os.cpu_count()} (sched {len(os.sched_getaffinity(0))}), "
-          f"loadavg={' '.join(f'{x:.2f}' for x in os.getloadavg())}, "
-          f"python {platform.python_version()}, {platform.platform()}")
-    print(f"pyspark {_version('pyspark')}, delta-spark {_version('delta-spark')}, "
-          f"confluent-kafka {ck}, "
-          f"librdkafka {confluent_kafka.libversion()[0]}, "
-          f"java: {java.splitlines()[0] if java else '?'}", flush=True)
-
 
 def other_jvms() -> int:
     """JVMs not started by this process tree (another benchmark or test run sharing cores)."""
@@ -105,43 +82,13 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def write_conf(work: Path, bootstrap: str, *, trigger: str, sweep_interval: str,
+def write_conf(work: Path, kafka: LocalKafka, *, trigger: str, sweep_interval: str,
                lease: str, max_offsets: int = 100_000, ttl: str = "1d") -> Path:
-    """A profile like the e2e tests' ``write_conf``; creates the input and changelog topics."""
-    name = f"bench{uuid.uuid4().hex[:8]}"
-    base = work / name
+    """The e2e tests' profile and topics, in a directory of its own."""
+    base = work / f"bench{uuid.uuid4().hex[:8]}"
     base.mkdir(parents=True)
-    conf = base / "conf.toml"
-    conf.write_text(f"""
-[store]
-name = "{name}"
-path = "{base / 'store'}"
-ttl = "{ttl}"
-[kafka]
-bootstrap_servers = "{bootstrap}"
-input_topic = "{name}-in"
-changelog_topic = "{name}-cl"
-changelog_partitions = 2
-[eviction]
-clock = "wall"
-interval = "{sweep_interval}"
-lease = "{lease}"
-[maintenance]
-optimize_interval = "1d"
-vacuum_interval = "1d"
-[stream]
-checkpoint = "{base / 'checkpoint'}"
-trigger = "{trigger}"
-max_offsets_per_trigger = {max_offsets}
-[spark.settings]
-"spark.sql.shuffle.partitions" = "2"
-""")
-    loaded = load(conf)
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(loaded.kafka.input_topic, 2, 1)])[
-        loaded.kafka.input_topic].result()
-    topic.create(loaded.kafka, loaded.changelog, bootstrap)
-    return conf
+    return e2e_write_conf(base, kafka, ttl=ttl, max_offsets=max_offsets, trigger=trigger,
+                          interval=sweep_interval, lease=lease)
 
 
 def log_time(line: str) -> float | None:
@@ -181,6 +128,21 @@ def publish_seconds(log_text: str, since: float | None = None) -> list[float]:
         except ValueError:
             pass
     return out
+
+
+def print_publications_sweeps_summary(log_text: str, out_path: Path,
+                                      since: float | None = None) -> None:
+    """The closing lines of a run: publications and sweeps (those after ``since`` only, if
+    given) and the job's own summary line."""
+    scope = "" if since is None else " while measuring"
+    pub = publish_seconds(log_text, since)
+    if pub:
+        print(f"  publications{scope}: {len(pub)}, seconds p50 {pct(pub, 0.5):.1f} "
+              f"max {max(pub):.1f} (inside the batch durations)")
+    print(f"  {scope.strip() + ': ' if scope else ''}{sweep_stats(log_text, since)}")
+    summary = out_path.read_text().strip()
+    if summary:
+        print(f"  job summary: {summary}", flush=True)
 
 
 def sweep_stats(log_text: str, since: float | None = None) -> str:
@@ -286,7 +248,7 @@ def produce_bulk(bootstrap: str, name: str, records: int, keys: int) -> tuple[in
 
 def ingest(work: Path, kafka: LocalKafka, args) -> None:
     records = args.records or args.keys
-    conf_path = write_conf(work, kafka.bootstrap_servers, trigger=args.trigger,
+    conf_path = write_conf(work, kafka, trigger=args.trigger,
                            sweep_interval=args.sweep_interval, lease=args.lease)
     conf = load(conf_path)
     print(f"\n[1] sustained ingest: {records:,} records over {args.keys:,} keys, "
@@ -335,14 +297,7 @@ def ingest(work: Path, kafka: LocalKafka, args) -> None:
                   f"last batch end to exit {exited - last_end:.1f} s")
     else:
         print("  no ttl.batch lines in the job's stderr")
-    pub = publish_seconds(log_text)
-    if pub:
-        print(f"  publications: {len(pub)}, seconds p50 {pct(pub, 0.5):.1f} max {max(pub):.1f}"
-              f" (inside the batch durations above)")
-    print(f"  {sweep_stats(log_text)}")
-    summary = out_path.read_text().strip()
-    if summary:
-        print(f"  job summary: {summary}")
+    print_publications_sweeps_summary(log_text, out_path)
 
     counted_at = time.monotonic()
     cl = consume_changelog(kafka.bootstrap_servers, conf.kafka.changelog_topic)
@@ -401,19 +356,21 @@ class ChangelogReader(threading.Thread):
 
 
 def wait_for(check, timeout: float, what: str, proc: subprocess.Popen, err_path: Path) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
+    """``wait_until``, failing at once (with the job's log) if ``ttl run`` exits meanwhile."""
+    def ready() -> bool:
         if proc.poll() is not None:
             raise RuntimeError(f"ttl run exited {proc.returncode} while waiting for {what}:\n"
                                f"{tail(err_path)}")
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out after {timeout} s waiting for {what}:\n"
-                               f"{tail(err_path)}")
-        time.sleep(0.1)
+        return check()
+
+    try:
+        wait_until(ready, timeout=timeout, what=what)
+    except AssertionError as exc:
+        raise RuntimeError(f"{exc}:\n{tail(err_path)}") from None
 
 
 def latency(work: Path, kafka: LocalKafka, args) -> None:
-    conf_path = write_conf(work, kafka.bootstrap_servers, trigger=args.trigger,
+    conf_path = write_conf(work, kafka, trigger=args.trigger,
                            sweep_interval=args.sweep_interval, lease=args.lease)
     conf = load(conf_path)
     print(f"\n[2] latency: trigger {args.trigger}, {args.trickle_rate:g} records/s for "
@@ -529,14 +486,7 @@ def latency(work: Path, kafka: LocalKafka, args) -> None:
               f"max {max(durations):.2f}")
     else:
         print("  no ttl.batch line logged while measuring")
-    pub = publish_seconds(log_text, measure_from)
-    if pub:
-        print(f"  publications while measuring: {len(pub)}, seconds p50 {pct(pub, 0.5):.1f} "
-              f"max {max(pub):.1f} (inside the batch durations)")
-    print(f"  while measuring: {sweep_stats(log_text, measure_from)}")
-    summary = out_path.read_text().strip()
-    if summary:
-        print(f"  job summary: {summary}", flush=True)
+    print_publications_sweeps_summary(log_text, out_path, measure_from)
 
 
 # -- main -----------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ DAY = 86_400_000
 
 def write_profile(tmp_path: Path, bootstrap: str, *, ttl: str = "1d", clock: str = "wall",
                   extra: str = "", max_offsets: int = 100_000, kafka_extra: str = "",
-                  interval: str = "1s") -> Path:
+                  interval: str = "1s", trigger: str = "1s", lease: str = "4s") -> Path:
     """A profile for a test's own store against an external (already running) Kafka."""
     name = f"e2e{uuid.uuid4().hex[:8]}"
     conf = tmp_path / f"{name}.toml"
@@ -48,13 +48,13 @@ changelog_partitions = 2
 [eviction]
 clock = "{clock}"
 interval = "{interval}"
-lease = "4s"
+lease = "{lease}"
 [maintenance]
 optimize_interval = "1d"
 vacuum_interval = "1d"
 [stream]
 checkpoint = "{tmp_path / 'checkpoint'}"
-trigger = "1s"
+trigger = "{trigger}"
 max_offsets_per_trigger = {max_offsets}
 [spark.settings]
 "spark.sql.shuffle.partitions" = "2"
@@ -63,11 +63,10 @@ max_offsets_per_trigger = {max_offsets}
     return conf
 
 
-def write_conf(tmp_path: Path, kafka, *, ttl: str = "1d", clock: str = "wall",
-               extra: str = "", max_offsets: int = 100_000, changelog_policy=None) -> Path:
-    """A profile on the session's broker, with its input and changelog topics created."""
-    conf = write_profile(tmp_path, kafka.bootstrap_servers, ttl=ttl, clock=clock, extra=extra,
-                         max_offsets=max_offsets)
+def write_conf(tmp_path: Path, kafka, *, changelog_policy=None, **profile) -> Path:
+    """A profile (``write_profile``'s settings) on the given broker, with its input and
+    changelog topics created."""
+    conf = write_profile(tmp_path, kafka.bootstrap_servers, **profile)
     loaded = load(conf)
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
     admin.create_topics([NewTopic(loaded.kafka.input_topic, 2, 1)])[
