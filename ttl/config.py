@@ -85,7 +85,7 @@ class StoreConfig(_Section):
         return self.dead_letter_path or self.path.rstrip("/") + "_dead_letters"
 
 
-_JAAS_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+JAAS_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
                  "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
                  "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
 
@@ -152,7 +152,7 @@ class KafkaConfig(_Section):
             options["kafka.ssl.truststore.location"] = client["ssl.ca.location"]
         if self.sasl_mechanism and "sasl.username" in client:
             options["kafka.sasl.jaas.config"] = (
-                f"{_JAAS_MODULES[self.sasl_mechanism]} required "
+                f"{JAAS_MODULES[self.sasl_mechanism]} required "
                 f"username={jaas_quote(client['sasl.username'])} "
                 f"password={jaas_quote(client.get('sasl.password', ''))};")
         return options

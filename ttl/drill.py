@@ -111,7 +111,7 @@ def run(spark, conf: Config, bootstrap: str, *, report_path: Path | None = None,
         rebuilt = spark.read.format("delta").load(str(scratch))
         report.missing, report.extra, report.different, report.samples = diff(
             spark, live, rebuilt)
-        report.warnings += _retention_warning(conf, bootstrap, report)
+        report.warnings += _retention_warning(result.topic_settings, report)
     finally:
         shutil.rmtree(scratch.parent, ignore_errors=True)
     _append_history(spark, conf, report)
@@ -121,9 +121,9 @@ def run(spark, conf: Config, bootstrap: str, *, report_path: Path | None = None,
     return report
 
 
-def _retention_warning(conf: Config, bootstrap: str, report: DrillReport) -> list[str]:
-    state = topic.describe(conf.kafka, bootstrap, report.topic)
-    raw = state.settings.get("delete.retention.ms") if state else None
+def _retention_warning(settings: dict[str, str], report: DrillReport) -> list[str]:
+    """The topic's settings come from the restore's own check: no second describe."""
+    raw = settings.get("delete.retention.ms")
     if raw is None:
         return []
     limit = SAFE_SHARE * int(raw) / 1000

@@ -44,14 +44,13 @@ from pathlib import Path
 from typing import IO
 
 from ttl import jars
-from ttl.config import jaas_quote
+from ttl.config import JAAS_MODULES, jaas_quote
 from ttl.errors import BrokerError, SetupError
 
 log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
 _BROKER_USER = "ttl-broker"
-_PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 
 _LOG4J2 = """\
 rootLogger.level = INFO
@@ -226,7 +225,7 @@ class LocalKafka:
                 "sasl.enabled.mechanisms": "PLAIN",
                 "sasl.mechanism.inter.broker.protocol": "PLAIN",
                 "listener.name.sasl_plaintext.plain.sasl.jaas.config":
-                    f"{_PLAIN_MODULE} required username={jaas_quote(_BROKER_USER)} "
+                    f"{JAAS_MODULES['PLAIN']} required username={jaas_quote(_BROKER_USER)} "
                     f"password={jaas_quote(self._broker_password)} {entries};",
             })
         return props

@@ -27,10 +27,7 @@ import enum
 import json
 import logging
 import time
-import uuid
 from dataclasses import dataclass, field
-
-from confluent_kafka import Consumer, TopicPartition
 
 from ttl.changelog import topic
 from ttl.changelog.publisher import read_progress
@@ -41,9 +38,6 @@ from ttl.record import INT64_MAX
 from ttl.store import commit, layout
 
 log = logging.getLogger(__name__)
-
-HEADERS = "array<struct<key:string,value:binary>>"
-
 
 class RestoreError(TtlError):
     """The changelog cannot be restored as asked. Operator action: read the message."""
@@ -72,6 +66,7 @@ class RestoreResult:
     target: str
     state: State = State.NOT_STARTED
     end_offsets: dict[int, int] = field(default_factory=dict)
+    topic_settings: dict[str, str] = field(default_factory=dict)  # as checked at the start
     records_total: int = 0
     records_read: int = 0
     keys_restored: int = 0
@@ -107,19 +102,12 @@ class RestoreResult:
 
 
 def watermarks(conf: Config, bootstrap: str, name: str) -> dict[int, tuple[int, int]]:
-    """Per partition (first offset, last stable offset): ``read_committed`` readers stop at
-    the latter; their difference bounds the records a restore reads."""
-    consumer = Consumer({**conf.kafka.client_config(bootstrap), "log_level": 3,
-                         "group.id": f"ttl-restore-{uuid.uuid4()}",
-                         "isolation.level": "read_committed"})
-    try:
-        meta = consumer.list_topics(name, timeout=30).topics.get(name)
-        if meta is None or meta.error is not None:
-            raise RestoreError(f"changelog topic {name} does not exist on {bootstrap}")
-        return {p: consumer.get_watermark_offsets(TopicPartition(name, p), timeout=30)
-                for p in meta.partitions}
-    finally:
-        consumer.close()
+    """The changelog's (first, last stable) offsets per partition; a missing topic is an
+    error naming it."""
+    marks = topic.watermarks(conf.kafka, bootstrap, name)
+    if marks is None:
+        raise RestoreError(f"changelog topic {name} does not exist on {bootstrap}")
+    return marks
 
 
 def end_offsets(conf: Config, bootstrap: str, name: str) -> dict[int, int]:
@@ -176,7 +164,7 @@ def convert(records, converter: str):
     """Kafka rows -> (key, value, ts, headers, record_ttl, version, stream_time, ...)."""
     from pyspark.sql import functions as F
 
-    headers = F.coalesce("headers", F.array().cast(HEADERS))
+    headers = F.coalesce("headers", F.array().cast(layout.HEADERS_TYPE))
 
     def header(name: str):
         found = F.filter(headers, lambda h: h["key"] == F.lit(name))
@@ -238,11 +226,11 @@ def restore(spark, conf: Config, bootstrap: str, target: str, *, converter: str 
         result.move(State.READING)
         if check_topic:
             state = topic.describe(conf.kafka, bootstrap, name)
-            problems = topic.violations(state, name, None)
-            if converter == "plain":  # a foreign changelog: only compaction matters
-                problems = [p for p in problems if "cleanup.policy" in p or "exist" in p]
+            problems = topic.violations(state, name, None,
+                                        engine_format=converter != "plain")
             if problems:
                 raise RestoreError("; ".join(problems))
+            result.topic_settings = dict(state.settings)
         marks = watermarks(conf, bootstrap, name)
         result.end_offsets = bounded_ends(marks, until_offsets)
         result.records_total = sum(max(0, end - marks[p][0])
@@ -304,13 +292,13 @@ def _write(spark, conf: Config, target: str, latest, result: RestoreResult,
     rows = latest.select(
         F.col("key"), F.col("value"), F.col("ts"), F.col("headers"),
         _expiry(conf.store.ttl).alias("expires_at"), F.lit(now).cast("bigint").alias(
-            "updated_at"), F.xxhash64("key").alias("key_hash"), F.col("record_ttl")
-    ).localCheckpoint(eager=True)  # counted and written: computed once
-    result.keys_restored = rows.count()
+            "updated_at"), F.xxhash64("key").alias("key_hash"), F.col("record_ttl"))
     meta = {"op": "restore", "store": conf.store.name, "topic": result.topic,
             "end_offsets": {str(k): v for k, v in result.end_offsets.items()},
             "last_version": result.last_version, "stream_time": result.stream_time,
             "input_offsets": result.input_offsets, "records_read": result.records_read}
     rows.write.format("delta").mode("overwrite").option(
         "userMetadata", commit.encode(meta)).save(target)
-    result.version = DeltaTable.forPath(spark, target).history(1).first()["version"]
+    written = DeltaTable.forPath(spark, target).history(1).first()
+    result.version = written["version"]
+    result.keys_restored = int(written["operationMetrics"]["numOutputRows"])  # no 2nd pass

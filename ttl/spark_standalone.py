@@ -92,10 +92,10 @@ class LocalSparkCluster:
         spark_class = Path(sys.executable).parent / "spark-class"
         env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1",
                "PYSPARK_PYTHON": sys.executable}
-        out = open(self.dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
-        self.processes.append(subprocess.Popen(
-            [str(spark_class), *args], stdout=out, stderr=subprocess.STDOUT, env=env,
-            preexec_fn=_die_with_parent))
+        with open(self.dir / f"{name}.log", "ab") as out:  # the child keeps its own copy
+            self.processes.append(subprocess.Popen(
+                [str(spark_class), *args], stdout=out, stderr=subprocess.STDOUT, env=env,
+                preexec_fn=_die_with_parent))
 
     def _wait_for_workers(self, deadline: float) -> None:
         while time.monotonic() < deadline:

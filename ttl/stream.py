@@ -166,7 +166,7 @@ class StreamJob:
         if not offsets:
             return "earliest"
         log.info("new checkpoint: input resumes at %s (recorded in the table)", offsets)
-        partitions = input_end_offsets(self.conf, self.bootstrap)
+        partitions = self.end_offsets or input_end_offsets(self.conf, self.bootstrap)
         start = {str(p): int(offsets.get(str(p), -2)) for p in partitions}  # -2: earliest
         return json.dumps({self.conf.kafka.input_topic: start})
 
@@ -264,19 +264,10 @@ def last_input_offsets(store) -> dict:
 
 def input_end_offsets(conf: Config, bootstrap: str) -> dict[int, int]:
     """The input topic's end offsets now: the target of an ``--available-now`` catch-up."""
-    import uuid
+    from ttl.changelog import topic
 
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({**conf.kafka.client_config(bootstrap), "group.id": f"ttl-{uuid.uuid4()}",
-                         "log_level": 3})
-    try:
-        meta = consumer.list_topics(conf.kafka.input_topic, timeout=30)
-        parts = meta.topics[conf.kafka.input_topic].partitions
-        return {p: consumer.get_watermark_offsets(TopicPartition(conf.kafka.input_topic, p),
-                                                  timeout=30)[1] for p in parts}
-    finally:
-        consumer.close()
+    marks = topic.watermarks(conf.kafka, bootstrap, conf.kafka.input_topic) or {}
+    return {p: high for p, (_, high) in marks.items()}
 
 
 def run_from_config(conf: Config, *, available_now: bool = False,

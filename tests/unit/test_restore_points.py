@@ -32,3 +32,13 @@ def test_offsets_parse_from_the_command_line():
     assert parse_offsets("0:120, 1:98") == {0: 120, 1: 98}
     with pytest.raises(RestoreError, match="partition:offset"):
         parse_offsets("0=120")
+
+
+def test_a_drill_warns_when_its_restore_took_a_large_share_of_tombstone_retention():
+    from ttl.drill import DrillReport, _retention_warning
+
+    report = DrillReport("s", 3, "cl", 0, restore_seconds=12.0)
+    assert _retention_warning({"delete.retention.ms": "100000"}, report)[0].startswith(
+        "the restore took 12 s, more than 10% of delete.retention.ms (100 s)")
+    assert _retention_warning({"delete.retention.ms": "604800000"}, report) == []
+    assert _retention_warning({}, report) == []

@@ -177,7 +177,7 @@ class Publisher:
     def _metadata(self, start: int, end: int) -> dict[int, dict]:
         from delta.tables import DeltaTable
 
-        latest = DeltaTable.forPath(self.spark, self.path).history(1).first()["version"]
+        latest = self.table_version()
         rows = (DeltaTable.forPath(self.spark, self.path).history(latest - start + 1)
                 .where(f"version BETWEEN {start} AND {end}")
                 .select("version", "userMetadata").collect())

@@ -53,6 +53,28 @@ def _admin(kafka: KafkaConfig, bootstrap: str) -> AdminClient:
     return AdminClient({**kafka.client_config(bootstrap), "log_level": 3})
 
 
+def watermarks(kafka: KafkaConfig, bootstrap: str,
+               name: str) -> dict[int, tuple[int, int]] | None:
+    """Per partition (first offset, last stable offset), or None if the topic is missing.
+    ``read_committed`` readers stop at the last stable offset: it is where a catch-up or a
+    restore ends, and the difference bounds the records between."""
+    import uuid
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({**kafka.client_config(bootstrap), "log_level": 3,
+                         "group.id": f"ttl-offsets-{uuid.uuid4()}",
+                         "isolation.level": "read_committed"})
+    try:
+        meta = consumer.list_topics(name, timeout=30).topics.get(name)
+        if meta is None or meta.error is not None:
+            return None
+        return {p: consumer.get_watermark_offsets(TopicPartition(name, p), timeout=30)
+                for p in meta.partitions}
+    finally:
+        consumer.close()
+
+
 def describe(kafka: KafkaConfig, bootstrap: str, name: str) -> TopicState | None:
     """Partition count and configuration of a topic, or ``None`` if it does not exist."""
     admin = _admin(kafka, bootstrap)
@@ -80,8 +102,11 @@ def create(kafka: KafkaConfig, changelog: ChangelogConfig, bootstrap: str) -> li
     return [t.topic for t in new]
 
 
-def violations(state: TopicState | None, name: str, expected_partitions: int | None) -> list[str]:
-    """Every rule the topic breaks, each naming the setting (empty = fine)."""
+def violations(state: TopicState | None, name: str, expected_partitions: int | None, *,
+               engine_format: bool = True) -> list[str]:
+    """Every rule the topic breaks, each naming the setting (empty = fine). A foreign
+    changelog (``engine_format=False``) has no ``ttl.ts`` header, so its record timestamps
+    are the data and ``LogAppendTime`` is not required: only compaction matters."""
     if state is None:
         return [f"topic {name} does not exist (run `ttl topic create`)"]
     problems = []
@@ -90,7 +115,7 @@ def violations(state: TopicState | None, name: str, expected_partitions: int | N
         problems.append(f"topic {name}: cleanup.policy is {policy!r}, must be exactly 'compact' "
                         "(delete retention would silently expire state)")
     ts_type = state.settings.get("message.timestamp.type")
-    if ts_type != "LogAppendTime":
+    if engine_format and ts_type != "LogAppendTime":
         problems.append(f"topic {name}: message.timestamp.type is {ts_type!r}, must be "
                         "'LogAppendTime' (the exact timestamp travels in ttl.ts)")
     if expected_partitions is not None and state.partitions != expected_partitions:
