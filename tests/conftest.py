@@ -15,7 +15,7 @@ from tests.support import wait_until  # noqa: F401  (re-exported for tests)
 @pytest.fixture(scope="session")
 def kafka() -> Iterator:
     """A real single-node KRaft broker on 127.0.0.1, shared by every test."""
-    from ttl.kafka_local import LocalKafka
+    from ttl.local.kafka import LocalKafka
 
     broker = LocalKafka().start()
     logging.getLogger("tests").info("broker started in %.1f s", broker.startup_seconds)

@@ -37,7 +37,8 @@ from typing import NamedTuple
 from hypothesis import strategies as st
 
 from ttl.model import Semantics
-from ttl.record import INT64_MAX, INT64_MIN, NO_TIMESTAMP, InputRecord
+from ttl.record import InputRecord
+from ttl.timestamps import INT64_MAX, INT64_MIN, NO_TIMESTAMP
 
 BASE_MS = 1_700_000_000_000  # 2023-11-14: an ordinary wall clock
 DAY_MS = 86_400_000

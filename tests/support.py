@@ -123,3 +123,11 @@ def operator_sql(spark, path: str, keys: list[bytes], rounds: int = 4) -> None:
             f"DELETE FROM delta.`{path}` WHERE key = X'{keys[i].hex()}'"))
         retrying(lambda i=i: session.sql(
             f"UPDATE delta.`{path}` SET value = X'6f70' WHERE key = X'{keys[10 + i].hex()}'"))
+
+
+def clients(conf, broker):
+    """The engine's Kafka clients for a profile (``Config`` or ``KafkaConfig``) on a test
+    broker (``LocalKafka``)."""
+    from ttl.kafka import KafkaClients
+
+    return KafkaClients(getattr(conf, "kafka", conf), broker.bootstrap_servers)

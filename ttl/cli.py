@@ -32,7 +32,7 @@ def main(verbose: bool) -> None:
 @main.command()
 def setup() -> None:
     """Resolve the JVM jars (Delta, Spark's Kafka connector, the Kafka broker) once."""
-    from ttl import jars
+    from ttl.deploy import jars
 
     started = time.monotonic()
     for bundle, (count, downloaded) in jars.resolve_all().items():
@@ -42,41 +42,16 @@ def setup() -> None:
 
 
 @main.command()
-@click.option("--data-dir", type=click.Path(path_type=Path), default=Path("data"),
-              show_default=True)
-@click.option("-n", "--records", default=20, show_default=True)
-def demo(data_dir: Path, records: int) -> None:
-    """Smoke run: local broker -> Spark Kafka source -> MERGE into Delta, then a summary."""
-    from ttl import demo as demo_run
-
-    summary = demo_run.run(data_dir, records)
-    click.echo("demo summary: " + ", ".join(f"{k}={v}" for k, v in summary.items()))
-
-
-def _foreground(banner: str, stop) -> None:
-    """Print how to reach a local service, then hold until SIGTERM or Ctrl-C, then stop it."""
-    import signal
-
-    click.echo(f"{banner}  (Ctrl-C stops)")
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    try:
-        signal.pause()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        stop()
-
-
-@main.command()
 @click.option("--data-dir", type=click.Path(path_type=Path), default=None)
 @click.option("--brokers", type=click.IntRange(1, 9), default=1, show_default=True,
               help="Nodes (3: a KRaft cluster with a static quorum, RF 3, min ISR 2).")
 def broker(data_dir: Path | None, brokers: int) -> None:
     """Run the local Kafka broker (or cluster) in the foreground until interrupted."""
-    from ttl.kafka_local import LocalKafka
+    from ttl.local.kafka import LocalKafka
+    from ttl.local.process import hold_in_foreground
 
     kafka = LocalKafka(data_dir, brokers=brokers).start(timeout=90.0 * brokers)
-    _foreground(f"bootstrap.servers={kafka.bootstrap_servers}", kafka.stop)
+    hold_in_foreground(f"bootstrap.servers={kafka.bootstrap_servers}", kafka.stop, click.echo)
 
 
 @main.command("spark-cluster")
@@ -86,24 +61,27 @@ def broker(data_dir: Path | None, brokers: int) -> None:
 @click.option("--port", type=int, default=7077, show_default=True, help="The master's port.")
 def spark_cluster(workers: int, cores: int, memory: str, port: int) -> None:
     """Run a Spark standalone cluster on 127.0.0.1 in the foreground until interrupted."""
-    from ttl.spark_standalone import LocalSparkCluster
+    from ttl.local.process import hold_in_foreground
+    from ttl.local.spark_cluster import LocalSparkCluster
 
     cluster = LocalSparkCluster(workers, cores=cores, memory=memory, port=port).start()
-    _foreground(f"spark.master={cluster.master_url}  web UI "
-                f"http://127.0.0.1:{cluster.ui_port}", cluster.stop)
+    hold_in_foreground(f"spark.master={cluster.master_url}  web UI "
+                       f"http://127.0.0.1:{cluster.ui_port}", cluster.stop, click.echo)
 
 
-# -- the store's jobs ----------------------------------------------------------------------
+# -- the store's jobs: each one call into ttl.app --------------------------------------------
 
 CONF = click.option("--conf", "conf_path", type=click.Path(path_type=Path),
                     default=Path("conf/local.toml"), show_default=True,
                     help="The store's configuration profile.")
+BOOTSTRAP = click.option("--bootstrap", default=None,
+                         help="Override kafka.bootstrap_servers.")
 
 
-def _load(conf_path: Path):
-    from ttl import config
+def _app(conf_path: Path, bootstrap: str | None = None):
+    from ttl.app import App
 
-    return config.load(conf_path)
+    return App.load(conf_path, bootstrap=bootstrap)
 
 
 @main.command("run")
@@ -114,12 +92,10 @@ def _load(conf_path: Path):
               help="Embedded demo: feed sample input, run this many seconds, print a summary.")
 def run_cmd(conf_path: Path, available_now: bool, demo_seconds: int | None) -> None:
     """Run the streaming job (Kafka in, store, eviction, changelog out)."""
-    from ttl import stream
+    from ttl import app, config
 
-    conf = _load(conf_path)
-    summary = stream.run_from_config(conf, available_now=available_now,
-                                     demo_seconds=demo_seconds)
-    click.echo(summary)
+    click.echo(app.run(config.load(conf_path), available_now=available_now,
+                       demo_seconds=demo_seconds))
 
 
 @main.command("produce-sample")
@@ -131,13 +107,11 @@ def run_cmd(conf_path: Path, available_now: bool, demo_seconds: int | None) -> N
 def produce_sample(conf_path: Path, bootstrap: str, keys: int, records: int,
                    rate: float) -> None:
     """Write sample input (out-of-order and negative timestamps, deletes, headers)."""
-    from ttl import sample
+    from ttl.local import sample
 
-    conf = _load(conf_path)
-    sent = sample.produce(bootstrap, conf.kafka.input_topic,
-                          sample.SampleSpec(keys=keys, records=records, rate=rate),
-                          client_config=conf.kafka.client_config(bootstrap))
-    click.echo(f"produced {sent} records to {conf.kafka.input_topic}")
+    kafka = _app(conf_path, bootstrap).kafka
+    sent = sample.produce(kafka, sample.SampleSpec(keys=keys, records=records, rate=rate))
+    click.echo(f"produced {sent} records to {kafka.conf.input_topic}")
 
 
 @main.command()
@@ -151,29 +125,29 @@ def produce_sample(conf_path: Path, bootstrap: str, keys: int, records: int,
 def evict(conf_path: Path, clock: str, now_ms: int | None, dry_run: bool,
           proposed_ttl: str | None) -> None:
     """Run one sweep (skips, exit 0, while a stream owns the table)."""
-    from ttl import jobs_support
+    from ttl import app
 
-    click.echo(jobs_support.evict(_load(conf_path), clock, now_ms, dry_run, proposed_ttl))
+    click.echo(app.evict(_app(conf_path), clock, now_ms, dry_run, proposed_ttl))
 
 
 @main.command()
 @CONF
 @click.option("--ttl", "new_ttl", required=True, help="New store TTL (e.g. 1d) or 'none'.")
-@click.option("--dry-run", is_flag=True)
+@click.option("--dry-run", is_flag=True, help="Say what the new TTL would evict; change nothing.")
 def alter(conf_path: Path, new_ttl: str, dry_run: bool) -> None:
     """Change the store TTL: recompute expires_at in one commit (published)."""
-    from ttl import jobs_support
+    from ttl import app
 
-    click.echo(jobs_support.alter(_load(conf_path), new_ttl, dry_run))
+    click.echo(app.alter(_app(conf_path), new_ttl, dry_run))
 
 
 @main.command()
 @CONF
 def status(conf_path: Path) -> None:
     """Entries, expired-not-swept, stream time, last sweep, changelog lag, dead letters."""
-    from ttl import jobs_support
+    from ttl import app
 
-    for key, value in jobs_support.status(_load(conf_path)).items():
+    for key, value in app.status(_app(conf_path)).items():
         click.echo(f"{key:>24}: {value}")
 
 
@@ -181,9 +155,9 @@ def status(conf_path: Path) -> None:
 @CONF
 def schedule_cmd(conf_path: Path) -> None:
     """Run wall-clock sweeps and maintenance on their schedule until SIGTERM."""
-    from ttl import jobs_support
+    from ttl import app
 
-    jobs_support.schedule_daemon(_load(conf_path))
+    app.schedule_daemon(_app(conf_path))
 
 
 @main.group()
@@ -193,23 +167,23 @@ def topic() -> None:
 
 @topic.command("create")
 @CONF
-@click.option("--bootstrap", default=None, help="Override kafka.bootstrap_servers.")
+@BOOTSTRAP
 def topic_create(conf_path: Path, bootstrap: str | None) -> None:
-    from ttl.changelog import topic as topics
+    """Create the changelog and progress topics if missing."""
+    from ttl import app
 
-    conf = _load(conf_path)
-    created = topics.create(conf.kafka, conf.changelog, bootstrap or conf.kafka.bootstrap_servers)
+    created = app.create_topics(_app(conf_path, bootstrap))
     click.echo(f"created: {', '.join(created) or 'nothing (topics exist)'}")
 
 
 @topic.command("check")
 @CONF
-@click.option("--bootstrap", default=None, help="Override kafka.bootstrap_servers.")
+@BOOTSTRAP
 def topic_check(conf_path: Path, bootstrap: str | None) -> None:
-    from ttl.changelog import topic as topics
+    """Check the changelog topics against the rules (exit 2 naming a broken setting)."""
+    from ttl import app
 
-    conf = _load(conf_path)
-    state = topics.check(conf.kafka, bootstrap or conf.kafka.bootstrap_servers, None)
+    state = app.check_topics(_app(conf_path, bootstrap))
     click.echo(f"{state.name}: ok ({state.partitions} partitions, "
                f"cleanup.policy={state.settings.get('cleanup.policy')})")
 
@@ -219,11 +193,7 @@ def topic_check(conf_path: Path, bootstrap: str | None) -> None:
 @click.argument("key")
 def get(conf_path: Path, key: str) -> None:
     """Print a key's live value, timestamp and headers."""
-    from ttl import runtime
-
-    conf = _load(conf_path)
-    store = runtime.open_store(conf, runtime.session(conf))
-    found = store.get_with_timestamp(key.encode())
+    found = _app(conf_path).store().get_with_timestamp(key.encode())
     click.echo("(no live entry)" if found is None else
                f"value={found.value!r} ts={found.timestamp} headers={list(found.headers)}")
 
@@ -233,11 +203,7 @@ def get(conf_path: Path, key: str) -> None:
 @click.option("--limit", default=20, show_default=True)
 def scan(conf_path: Path, limit: int) -> None:
     """Print live entries in key order."""
-    from ttl import runtime
-
-    conf = _load(conf_path)
-    store = runtime.open_store(conf, runtime.session(conf))
-    for i, (key, entry) in enumerate(store.all()):
+    for i, (key, entry) in enumerate(_app(conf_path).store().all()):
         if i >= limit:
             break
         click.echo(f"{key!r}: value={entry.value!r} ts={entry.timestamp}")
@@ -245,7 +211,7 @@ def scan(conf_path: Path, limit: int) -> None:
 
 @main.command("restore")
 @CONF
-@click.option("--bootstrap", default=None, help="Override kafka.bootstrap_servers.")
+@BOOTSTRAP
 @click.option("--target", default=None, help="Restore into this path instead of the store.")
 @click.option("--until-version", type=int, default=None, help="Stop at this ttl.version.")
 @click.option("--until-offsets", default=None, metavar="P:O,...",
@@ -257,30 +223,27 @@ def restore_cmd(conf_path: Path, bootstrap: str | None, target: str | None,
                 until_version: int | None, until_offsets: str | None, converter: str,
                 source_topic: str | None) -> None:
     """Rebuild the table from the changelog (one commit), then sweep and publish."""
-    from ttl import jobs_support
-    from ttl import restore as restore_mod
+    from ttl import app
+    from ttl.restore import parse_offsets
 
-    conf = _load(conf_path)
-    click.echo(jobs_support.restore_store(
-        conf, bootstrap or conf.kafka.bootstrap_servers, target=target,
-        until_version=until_version, converter=converter, source_topic=source_topic,
-        until_offsets=restore_mod.parse_offsets(until_offsets) if until_offsets else None))
+    click.echo(app.restore(
+        _app(conf_path, bootstrap), target=target, until_version=until_version,
+        converter=converter, source_topic=source_topic,
+        until_offsets=parse_offsets(until_offsets) if until_offsets else None))
 
 
 @main.command("drill")
 @CONF
-@click.option("--bootstrap", default=None, help="Override kafka.bootstrap_servers.")
+@BOOTSTRAP
 @click.option("--report", type=click.Path(path_type=Path), default=None,
               help="Write the JSON report here.")
 @click.option("--topic", "source_topic", default=None, help="Drill against this topic.")
 def drill_cmd(conf_path: Path, bootstrap: str | None, report: Path | None,
               source_topic: str | None) -> None:
     """Restore into scratch and diff with the table; exit 0 only on an exact match."""
-    from ttl import jobs_support
+    from ttl import app
 
-    conf = _load(conf_path)
-    result = jobs_support.drill(conf, bootstrap or conf.kafka.bootstrap_servers, report,
-                                source_topic)
+    result = app.drill(_app(conf_path, bootstrap), report, source_topic)
     click.echo(result.summary())
     if not result.match:
         sys.exit(1)
@@ -291,18 +254,9 @@ def drill_cmd(conf_path: Path, bootstrap: str | None, report: Path | None,
 @click.option("--rollback", is_flag=True, help="Undo a (half-done) in-place upgrade.")
 def upgrade_cmd(conf_path: Path, rollback: bool) -> None:
     """Upgrade a v1/v2 table to format v3 in place (resumable), or roll it back."""
-    from ttl import runtime, upgrade
-    from ttl.jobs_support import SKIPPED
-    from ttl.lease import Lease
+    from ttl import app
 
-    conf = _load(conf_path)
-    spark = runtime.session(conf)
-    other = Lease(spark, conf.store.path).held_by_other()
-    if other is not None:
-        click.echo(SKIPPED.format(holder=other.holder))
-        return
-    action = upgrade.rollback if rollback else upgrade.upgrade_in_place
-    click.echo(action(spark, conf))
+    click.echo(app.upgrade(_app(conf_path), rollback))
 
 
 def run() -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Literal, Protocol
 
-from ttl.record import NO_TIMESTAMP
+from ttl.timestamps import NO_TIMESTAMP
 
 ClockKind = Literal["wall", "stream", "both"]
 

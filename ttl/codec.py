@@ -72,7 +72,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
-from ttl.errors import TtlError
+from ttl.errors import CodecError
+from ttl.timestamps import INT64_MAX, INT64_MIN, NO_TIMESTAMP  # NO_TIMESTAMP encodes like any other
 
 __all__ = [
     "INT32_MAX",
@@ -106,13 +107,9 @@ __all__ = [
 
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
-INT64_MIN = -(2**63)
-INT64_MAX = 2**63 - 1
 UINT32_MAX = 2**32 - 1
 UINT64_MAX = 2**64 - 1
 
-#: Long.MIN_VALUE: "no timestamp" in this product (BRIEF §2, KIP-228). Encodes like any other.
-NO_TIMESTAMP = INT64_MIN
 #: The timestamp Kafka gives a plain value when it upgrades it to a timestamped format.
 PLAIN_VALUE_TIMESTAMP = -1
 
@@ -126,14 +123,6 @@ _BYTES_LIKE = (bytes, bytearray, memoryview)
 #: One record header: a string key and a value that may be None. Lists of them keep order and
 #: duplicates, as Kafka's ``Headers`` do.
 Header = tuple[str, bytes | None]
-
-
-class CodecError(TtlError, ValueError):
-    """Bytes that are not a valid encoding, or a number outside the type being encoded.
-
-    A ``ValueError`` so callers can treat it as bad input; a ``TtlError`` so the engine's
-    handlers recognise it as one of its own.
-    """
 
 
 # --- argument checks -------------------------------------------------------------------------

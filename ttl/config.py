@@ -29,10 +29,10 @@ except ImportError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 from ttl.errors import ConfigError
+from ttl.names import DEAD_LETTERS_SUFFIX, EMBEDDED, sibling
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONF_DIR = REPO_ROOT / "conf"
-INT64_MAX = 2**63 - 1
 
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
@@ -82,29 +82,19 @@ class StoreConfig(_Section):
 
     @property
     def dead_letters(self) -> str:
-        return self.dead_letter_path or self.path.rstrip("/") + "_dead_letters"
-
-
-JAAS_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
-                 "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
-                 "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
-
-
-def jaas_quote(value: str) -> str:
-    """A JAAS option value in double quotes (backslash and quote escaped)."""
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return self.dead_letter_path or sibling(self.path, DEAD_LETTERS_SUFFIX)
 
 
 class KafkaConfig(_Section):
     """Kafka: ``bootstrap_servers = "embedded"`` starts the local broker (BRIEF §8).
 
     Security settings name environment variables (``*_env``), never values: the file can be
-    committed and printed. The same settings reach both clients: librdkafka (our producers,
-    consumers, admin) and the Java client inside Spark's Kafka source (``kafka.*`` options,
-    with the SASL login as a ``sasl.jaas.config`` built from the same user and password).
+    committed and printed. ``ttl.kafka.KafkaClients`` reads them and builds both clients:
+    librdkafka (our producers, consumers, admin) and the Java client inside Spark's Kafka
+    source.
     """
 
-    bootstrap_servers: str = "embedded"
+    bootstrap_servers: str = EMBEDDED
     input_topic: str
     changelog_topic: str
     input_partitions: int = Field(default=2, gt=0)
@@ -116,46 +106,10 @@ class KafkaConfig(_Section):
     sasl_password_env: str | None = None
     ssl_ca_location_env: str | None = None
 
-    def _env(self, setting: str, env: str | None) -> str | None:
-        import os
-
-        if not env:
-            return None
-        if env not in os.environ:
-            raise ConfigError(f"kafka.{setting}_env names ${env}, which is not set")
-        return os.environ[env]
-
-    def client_config(self, bootstrap: str | None = None) -> dict[str, str]:
-        """librdkafka settings shared by every client; secrets come from the environment."""
-        conf = {"bootstrap.servers": bootstrap or self.bootstrap_servers}
-        for setting in ("security_protocol", "sasl_username", "sasl_password",
-                        "ssl_ca_location"):
-            value = self._env(setting, getattr(self, f"{setting}_env"))
-            if value is not None:
-                conf[setting.replace("_", ".")] = value
-        if self.sasl_mechanism:
-            conf["sasl.mechanism"] = self.sasl_mechanism
-        return conf
-
-    def spark_options(self, bootstrap: str | None = None) -> dict[str, str]:
-        """The same settings as ``kafka.*`` options of Spark's Kafka source (Java client).
-
-        The values hold secrets: pass them to ``.option()`` only, never log them (Spark's
-        Kafka connector redacts ``sasl.jaas.config`` in its own logs)."""
-        client = self.client_config(bootstrap)
-        options = {"kafka.bootstrap.servers": client["bootstrap.servers"]}
-        for key in ("security.protocol", "sasl.mechanism"):
-            if key in client:
-                options[f"kafka.{key}"] = client[key]
-        if "ssl.ca.location" in client:  # a PEM file, as librdkafka takes it
-            options["kafka.ssl.truststore.type"] = "PEM"
-            options["kafka.ssl.truststore.location"] = client["ssl.ca.location"]
-        if self.sasl_mechanism and "sasl.username" in client:
-            options["kafka.sasl.jaas.config"] = (
-                f"{JAAS_MODULES[self.sasl_mechanism]} required "
-                f"username={jaas_quote(client['sasl.username'])} "
-                f"password={jaas_quote(client.get('sasl.password', ''))};")
-        return options
+    @property
+    def embedded(self) -> bool:
+        """The profile asks for the local broker (``ttl.local.kafka``)."""
+        return self.bootstrap_servers == EMBEDDED
 
 
 class ChangelogConfig(_Section):

@@ -6,7 +6,7 @@
 3. diff with the live table ``VERSION AS OF V`` (Delta time travel) by key: missing, extra,
    and different (value, ts, headers, expires_at; never updated_at);
 4. write a JSON report, print a summary, append the result to the drill-history Delta table
-   (``<store path>_drills``), and exit 0 only on an exact match.
+   (``<store path>_drills``, ``ttl.names.DRILLS_SUFFIX``), and exit 0 only on an exact match.
 
 A drill warns when the restore took more than ``SAFE_SHARE`` of the topic's
 ``delete.retention.ms``: a tombstone compacted away before a restore reads it brings its key
@@ -22,10 +22,12 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ttl.changelog import topic
 from ttl.changelog.publisher import read_progress
 from ttl.config import Config
-from ttl.restore import RestoreError, restore
+from ttl.errors import RestoreError
+from ttl.kafka import KafkaClients
+from ttl.names import DRILLS_SUFFIX, progress_topic, sibling
+from ttl.restore import restore
 
 log = logging.getLogger(__name__)
 
@@ -90,19 +92,19 @@ def diff(spark, live, rebuilt, sample: int = 5) -> tuple[int, int, int, dict[str
     return counts.get("missing", 0), counts.get("extra", 0), counts.get("different", 0), samples
 
 
-def run(spark, conf: Config, bootstrap: str, *, report_path: Path | None = None,
+def run(spark, conf: Config, kafka: KafkaClients, *, report_path: Path | None = None,
         source_topic: str | None = None, wall_ms: int | None = None) -> DrillReport:
+    """One drill (module docstring); the report says whether the rebuild matched."""
     from ttl.clock import WallClock
 
-    progress_topic = topic.progress_topic(conf.kafka.changelog_topic)
-    progress = read_progress(conf.kafka, bootstrap, progress_topic)
+    progress = read_progress(kafka, progress_topic(conf.kafka.changelog_topic))
     if progress.version < 0:
         raise RestoreError("nothing has been published yet: run the stream (or publish) first")
     report = DrillReport(conf.store.name, progress.version,
                          source_topic or conf.kafka.changelog_topic, WallClock().now_ms())
     scratch = Path(tempfile.mkdtemp(prefix="ttl-drill-")) / "restored"
     try:
-        result = restore(spark, conf, bootstrap, str(scratch), until_version=progress.version,
+        result = restore(spark, conf, kafka, str(scratch), until_version=progress.version,
                          source_topic=source_topic, wall_ms=wall_ms)
         report.records_read, report.keys = result.records_read, result.keys_restored
         report.restore_seconds, report.restore_rate = result.seconds, result.rate
@@ -114,7 +116,7 @@ def run(spark, conf: Config, bootstrap: str, *, report_path: Path | None = None,
         report.warnings += _retention_warning(result.topic_settings, report)
     finally:
         shutil.rmtree(scratch.parent, ignore_errors=True)
-    _append_history(spark, conf, report)
+    _record_drill(spark, conf, report)
     if report_path is not None:
         report_path.write_text(report.to_json())
     log.info("%s", report.summary())
@@ -135,7 +137,7 @@ def _retention_warning(settings: dict[str, str], report: DrillReport) -> list[st
     return []
 
 
-def _append_history(spark, conf: Config, report: DrillReport) -> None:
+def _record_drill(spark, conf: Config, report: DrillReport) -> None:
     row = [(report.store, report.version, report.started_at, report.match, report.missing,
             report.extra, report.different, report.keys, report.records_read,
             float(report.restore_seconds), report.to_json())]
@@ -143,5 +145,5 @@ def _append_history(spark, conf: Config, report: DrillReport) -> None:
                                        "match boolean, missing bigint, extra bigint, "
                                        "different bigint, keys bigint, records_read bigint, "
                                        "restore_seconds double, report string")
-    frame.write.format("delta").mode("append").save(conf.store.path.rstrip("/") + "_drills")
+    frame.write.format("delta").mode("append").save(sibling(conf.store.path, DRILLS_SUFFIX))
 

@@ -21,39 +21,16 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from ttl import commit, delta_log
+from ttl.delta_log import retrying
 from ttl.errors import ConfigError
-from ttl.record import INT64_MAX
-from ttl.store import commit
-from ttl.store.layout import PROP_TTL, ttl_property
+from ttl.names import OP_ALTER, OP_SWEEP, PROP_TTL
+from ttl.store.layout import set_properties, ttl_property
+from ttl.timestamps import expiry_column
 
 log = logging.getLogger(__name__)
 
 SweepClock = Literal["wall", "stream"]
-RETRIES = 5
-BACKOFF_S = 0.5
-
-
-def _conflicts() -> tuple[type[BaseException], ...]:
-    """Delta's typed conflict exceptions, caught by name (a whole operation is retried)."""
-    from delta import exceptions as ex
-
-    return (ex.ConcurrentAppendException, ex.ConcurrentDeleteReadException,
-            ex.ConcurrentDeleteDeleteException, ex.ConcurrentTransactionException,
-            ex.MetadataChangedException, ex.ProtocolChangedException)
-
-
-def retrying(action, *, what: str, retries: int = RETRIES, backoff_s: float = BACKOFF_S):
-    """Run ``action`` again after a Delta conflict, with bounded exponential backoff."""
-    for attempt in range(retries + 1):
-        try:
-            return action(), attempt
-        except _conflicts() as exc:
-            if attempt == retries:
-                raise
-            log.warning("%s conflicted with a concurrent commit (%s); retry %d/%d", what,
-                        type(exc).__name__, attempt + 1, retries)
-            time.sleep(backoff_s * 2**attempt)
-    raise AssertionError("unreachable")
 
 
 @dataclass
@@ -106,7 +83,7 @@ def sweep(store, clock: SweepClock, t: int | None = None, *, dry_run: bool = Fal
         result.seconds = time.monotonic() - started
         return result
     result.sweep_id = uuid.uuid4().hex
-    meta = {"op": "sweep", "store": store.conf.name, "clock": clock, "t": t,
+    meta = {"op": OP_SWEEP, "store": store.conf.name, "clock": clock, "t": t,
             "sweep_id": result.sweep_id, "stream_time": store.stream_time.value}
 
     def delete() -> None:
@@ -122,15 +99,14 @@ def sweep(store, clock: SweepClock, t: int | None = None, *, dry_run: bool = Fal
 
 def _record_outcome(store, result: SweepResult) -> None:
     """Find the sweep's commit (by its id) for the evicted count and lateness."""
-    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
-    history = DeltaTable.forPath(store.spark, store.path).history(50)
-    rows = history.where(F.col("userMetadata").contains(result.sweep_id)).collect()
-    if not rows:  # nothing matched: Delta made no commit
+    found = delta_log.find_commit(store.spark, store.path, op=OP_SWEEP, key="sweep_id",
+                                  value=result.sweep_id)
+    if found is None:  # nothing matched: Delta made no commit
         return
-    result.version = rows[0].version
-    result.evicted = int((rows[0].operationMetrics or {}).get("numDeletedRows", 0))
+    result.version = found.version
+    result.evicted = found.metric("numDeletedRows")
     if result.evicted:
         gone = (store.spark.read.format("delta").option("readChangeFeed", "true")
                 .option("startingVersion", result.version)
@@ -146,20 +122,22 @@ def _record_outcome(store, result: SweepResult) -> None:
 
 # -- TTL changes ----------------------------------------------------------------------------
 
-def _sat_expiry(ttl_ms: int | None) -> str:
-    """SQL for ``ts + ttl`` saturating at int64 max (Spark's ANSI mode raises on overflow)."""
-    if ttl_ms is None:
-        return "CAST(NULL AS BIGINT)"
-    return (f"CASE WHEN ts > {INT64_MAX - ttl_ms} THEN {INT64_MAX} "
-            f"ELSE ts + {ttl_ms} END")
+def _store_ttl_expiry(ttl_ms: int | None):
+    """``expires_at`` under a store TTL of ``ttl_ms`` for rows without a per-record TTL."""
+    from pyspark.sql import functions as F
+
+    return expiry_column("ts", F.lit(ttl_ms).cast("bigint"))
 
 
 def would_evict(store, ttl_ms: int | None, at: int | None = None) -> int:
     """How many entries a store TTL of ``ttl_ms`` would evict now (per-record TTLs kept)."""
+    from pyspark.sql import functions as F
+
     at = store.now() if at is None else at
-    new_expiry = f"CASE WHEN record_ttl IS NOT NULL THEN expires_at ELSE {_sat_expiry(ttl_ms)} END"
+    new_expiry = (F.when(F.col("record_ttl").isNotNull(), F.col("expires_at"))
+                  .otherwise(_store_ttl_expiry(ttl_ms)))
     return (store.spark.read.format("delta").load(store.path)
-            .where(f"({new_expiry}) IS NOT NULL AND ({new_expiry}) <= {at}").count())
+            .where(new_expiry.isNotNull() & (new_expiry <= F.lit(at))).count())
 
 
 @dataclass
@@ -183,22 +161,21 @@ def alter_ttl(store, new_ttl: int | None, *, dry_run: bool = False) -> AlterResu
     result = AlterResult(old, new_ttl, would_evict(store, new_ttl), dry_run)
     if dry_run:
         return result
-    meta = {"op": "alter", "store": store.conf.name, "ttl": new_ttl, "previous_ttl": old,
+    meta = {"op": OP_ALTER, "store": store.conf.name, "ttl": new_ttl, "previous_ttl": old,
             "stream_time": store.stream_time.value}
 
     def update() -> None:
+        from delta.tables import DeltaTable
+
         with commit.commit_settings(store.spark, meta):
-            store.spark.sql(f"UPDATE delta.`{store.path}` SET expires_at = "
-                            f"{_sat_expiry(new_ttl)} WHERE record_ttl IS NULL")
+            DeltaTable.forPath(store.spark, store.path).update(
+                "record_ttl IS NULL", {"expires_at": _store_ttl_expiry(new_ttl)})
 
     retrying(update, what="TTL change")
-    store.spark.sql(f"ALTER TABLE delta.`{store.path}` SET TBLPROPERTIES "
-                    f"('{PROP_TTL}' = '{ttl_property(new_ttl)}')")
+    set_properties(store.spark, store.path, {PROP_TTL: ttl_property(new_ttl)})
     store.properties[PROP_TTL] = ttl_property(new_ttl)
     store.sem = replace(store.sem, ttl=new_ttl)
-    from delta.tables import DeltaTable
-
-    result.version = DeltaTable.forPath(store.spark, store.path).history(1).first()["version"]
+    result.version = delta_log.latest_version(store.spark, store.path)
     return result
 
 

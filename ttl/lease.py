@@ -20,7 +20,9 @@ import threading
 import uuid
 from dataclasses import dataclass
 
+from ttl import delta_log
 from ttl.clock import Clock, WallClock
+from ttl.names import LEASE_SUFFIX, sibling
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +46,7 @@ class Lease:
     def __init__(self, spark, store_path: str, *, duration_ms: int = 30_000,
                  clock: Clock | None = None, holder: str | None = None) -> None:
         self.spark = spark.newSession()
-        self.path = store_path.rstrip("/") + "_lease"
+        self.path = sibling(store_path, LEASE_SUFFIX)
         self.duration_ms = duration_ms
         self.clock = clock or WallClock()
         self.owner = uuid.uuid4().hex
@@ -70,7 +72,6 @@ class Lease:
 
     def acquire(self) -> bool:
         """Take or renew the lease; ``False`` if another process holds a live one."""
-        from delta.exceptions import ConcurrentAppendException, ConcurrentDeleteReadException
         from delta.tables import DeltaTable
 
         now = self.clock.now_ms()
@@ -84,7 +85,7 @@ class Lease:
                                              f"OR t.expires_at <= {now}")
              .whenNotMatchedInsertAll()
              .execute())
-        except (ConcurrentAppendException, ConcurrentDeleteReadException):
+        except delta_log.conflicts():  # another acquirer's commit won the race
             return False
         state = self.current()
         return state is not None and state.owner == self.owner

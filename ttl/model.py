@@ -32,22 +32,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ttl.clock import ClockKind, StreamTime, batch_clock
-from ttl.record import (
-    INT64_MAX,
-    INT64_MIN,
-    NO_TIMESTAMP,
-    Entry,
-    Headers,
-    InputRecord,
-    Rejection,
-    ValidRecord,
-    saturating_add,
-)
+from ttl.names import ENGINE_PREFIX, HEADER_TS, HEADER_TTL, INPUT_ENGINE_HEADERS
+from ttl.record import Entry, Headers, InputRecord, Rejection, ValidRecord
+from ttl.timestamps import INT64_MAX, INT64_MIN, NO_TIMESTAMP, expiry, saturating_add
 
-ENGINE_PREFIX = "ttl."
-HEADER_TS = "ttl.ts"
-HEADER_TTL = "ttl.ttl"
-INPUT_ENGINE_HEADERS = (HEADER_TS, HEADER_TTL)
 _DECIMAL = re.compile(rb"-?[0-9]{1,19}")
 
 # Rejection reason codes, in the order validation checks them.
@@ -204,7 +192,7 @@ def fold_key(key: bytes, existing: Entry | None, records: Sequence[ValidRecord],
             continue
         ts = max(live.ts, rec.ts) if live is not None else rec.ts
         ttl = rec.record_ttl if rec.record_ttl is not None else sem.ttl
-        expires_at = saturating_add(ts, ttl) if ttl is not None else None
+        expires_at = expiry(ts, ttl)
         if expires_at is not None and expires_at <= t0:
             counts.expired_on_arrival += 1
             if row is not None:

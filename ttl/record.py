@@ -11,17 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-NO_TIMESTAMP = -(2**63)  # KIP-228: "no timestamp"; every other int64 is a valid timestamp
-INT64_MIN = -(2**63)
-INT64_MAX = 2**63 - 1
-
 Header = tuple[str, bytes | None]
 Headers = tuple[Header, ...]
-
-
-def saturating_add(a: int, b: int) -> int:
-    """``a + b`` clamped to int64 (``ts + ttl`` must never wrap; Spark's ANSI mode raises)."""
-    return max(INT64_MIN, min(INT64_MAX, a + b))
 
 
 @dataclass(frozen=True, slots=True)

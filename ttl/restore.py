@@ -15,10 +15,10 @@
 3. **Writing.** One overwrite commit (a new table, or a new version of an existing one whose
    previous version stays reachable by time travel), whose metadata records the topic, end
    offsets, last ``ttl.version``, stream time and the input offsets to resume from.
-4. For disaster recovery (``ttl.jobs_support.restore_store``) a sweep follows (entries that
-   expired meanwhile leave with tombstones), and the publisher's progress moves to the
-   restore's version: the restored state is already on the topic, and only changes after it
-   are published.
+4. For disaster recovery (``recover_store``, into the store's own table) a sweep follows
+   (entries that expired meanwhile leave with tombstones), and the publisher's progress
+   moves to the restore's version: the restored state is already on the topic, and only
+   changes after it are published.
 """
 
 from __future__ import annotations
@@ -29,18 +29,26 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from ttl import commit, delta_log
 from ttl.changelog import topic
 from ttl.changelog.publisher import read_progress
 from ttl.config import Config
-from ttl.errors import TtlError
+from ttl.errors import RestoreError
+from ttl.kafka import KafkaClients
+from ttl.names import (
+    ENGINE_PREFIX,
+    HEADER_STREAM_TIME,
+    HEADER_TS,
+    HEADER_TTL,
+    HEADER_VERSION,
+    OP_RESTORE,
+    progress_topic,
+)
 from ttl.progress import SparkProgress
-from ttl.record import INT64_MAX
-from ttl.store import commit, layout
+from ttl.store import layout
+from ttl.timestamps import expiry_column
 
 log = logging.getLogger(__name__)
-
-class RestoreError(TtlError):
-    """The changelog cannot be restored as asked. Operator action: read the message."""
 
 
 class State(enum.Enum):
@@ -101,18 +109,18 @@ class RestoreResult:
                 f"{self.seconds:.1f} s ({self.rate:,.0f} records/s)")
 
 
-def watermarks(conf: Config, bootstrap: str, name: str) -> dict[int, tuple[int, int]]:
+def watermarks(kafka: KafkaClients, name: str) -> dict[int, tuple[int, int]]:
     """The changelog's (first, last stable) offsets per partition; a missing topic is an
     error naming it."""
-    marks = topic.watermarks(conf.kafka, bootstrap, name)
+    marks = kafka.watermarks(name)
     if marks is None:
-        raise RestoreError(f"changelog topic {name} does not exist on {bootstrap}")
+        raise RestoreError(f"changelog topic {name} does not exist on {kafka.bootstrap}")
     return marks
 
 
-def end_offsets(conf: Config, bootstrap: str, name: str) -> dict[int, int]:
+def end_offsets(kafka: KafkaClients, name: str) -> dict[int, int]:
     """Last stable offsets per partition."""
-    return {p: high for p, (_, high) in watermarks(conf, bootstrap, name).items()}
+    return {p: high for p, (_, high) in watermarks(kafka, name).items()}
 
 
 def bounded_ends(marks: dict[int, tuple[int, int]],
@@ -149,11 +157,11 @@ def parse_offsets(raw: str) -> dict[int, int]:
 OFFSETS_PER_TASK = 250_000
 
 
-def _read(spark, bootstrap: str, conf: Config, name: str, ends: dict[int, int], span: int):
+def _read(spark, kafka: KafkaClients, name: str, ends: dict[int, int], span: int):
     starting = json.dumps({name: {str(p): -2 for p in ends}})
     ending = json.dumps({name: {str(p): o for p, o in ends.items()}})
     tasks = max(len(ends), -(-span // OFFSETS_PER_TASK))
-    return (spark.read.format("kafka").options(**conf.kafka.spark_options(bootstrap))
+    return (spark.read.format("kafka").options(**kafka.spark_options())
             .option("subscribe", name).option("includeHeaders", "true")
             .option("startingOffsets", starting).option("endingOffsets", ending)
             .option("minPartitions", str(tasks))
@@ -179,12 +187,12 @@ def convert(records, converter: str):
             F.lit(None).cast("bigint").alias("stream_time"), "partition", "offset")
     if converter != "engine":
         raise RestoreError(f"unknown record converter {converter!r} (use 'engine' or 'plain')")
-    user = F.filter(headers, lambda h: ~h["key"].startswith("ttl."))
+    user = F.filter(headers, lambda h: ~h["key"].startswith(ENGINE_PREFIX))
     return records.select(
-        "key", "value", F.coalesce(header("ttl.ts"), kafka_ts).alias("ts"),
-        user.alias("headers"), header("ttl.ttl").alias("record_ttl"),
-        header("ttl.version").alias("version"), header("ttl.stream-time").alias("stream_time"),
-        "partition", "offset")
+        "key", "value", F.coalesce(header(HEADER_TS), kafka_ts).alias("ts"),
+        user.alias("headers"), header(HEADER_TTL).alias("record_ttl"),
+        header(HEADER_VERSION).alias("version"),
+        header(HEADER_STREAM_TIME).alias("stream_time"), "partition", "offset")
 
 
 def latest_per_key(converted):
@@ -203,16 +211,14 @@ def latest_per_key(converted):
 
 
 def _expiry(ttl_ms: int | None):
+    """``expires_at`` from the record's own TTL, else the store's."""
     from pyspark.sql import functions as F
 
-    store_ttl = F.lit(ttl_ms).cast("bigint")
-    ttl = F.coalesce(F.col("record_ttl"), store_ttl)
-    return (F.when(ttl.isNull(), F.lit(None).cast("bigint"))
-            .when(F.col("ts") > F.lit(INT64_MAX) - ttl, F.lit(INT64_MAX))
-            .otherwise(F.col("ts") + ttl))
+    return expiry_column("ts", F.coalesce(F.col("record_ttl"), F.lit(ttl_ms).cast("bigint")))
 
 
-def restore(spark, conf: Config, bootstrap: str, target: str, *, converter: str = "engine",
+def restore(spark, conf: Config, kafka: KafkaClients, target: str, *,
+            converter: str = "engine",
             until_version: int | None = None, until_offsets: dict[int, int] | None = None,
             source_topic: str | None = None, check_topic: bool = True,
             wall_ms: int | None = None) -> RestoreResult:
@@ -225,17 +231,17 @@ def restore(spark, conf: Config, bootstrap: str, target: str, *, converter: str 
     try:
         result.move(State.READING)
         if check_topic:
-            state = topic.describe(conf.kafka, bootstrap, name)
+            state = topic.describe(kafka, name)
             problems = topic.violations(state, name, None,
                                         engine_format=converter != "plain")
             if problems:
                 raise RestoreError("; ".join(problems))
             result.topic_settings = dict(state.settings)
-        marks = watermarks(conf, bootstrap, name)
+        marks = watermarks(kafka, name)
         result.end_offsets = bounded_ends(marks, until_offsets)
         result.records_total = sum(max(0, end - marks[p][0])
                                    for p, end in result.end_offsets.items())
-        records = _read(spark, bootstrap, conf, name, result.end_offsets, result.records_total)
+        records = _read(spark, kafka, name, result.end_offsets, result.records_total)
         converted = convert(records, converter)
         if until_version is not None:  # a point-in-time restore sees nothing after it
             converted = converted.where(F.col("version").isNull()
@@ -253,7 +259,7 @@ def restore(spark, conf: Config, bootstrap: str, target: str, *, converter: str 
         latest = latest_per_key(converted).where(F.col("value").isNotNull())
         progress = None
         if converter == "engine" and until_version is None and until_offsets is None:
-            progress = read_progress(conf.kafka, bootstrap, topic.progress_topic(name))
+            progress = read_progress(kafka, progress_topic(name))
             if progress.stream_time is not None:
                 result.stream_time = max(x for x in (progress.stream_time, result.stream_time)
                                          if x is not None)
@@ -273,16 +279,13 @@ def restore(spark, conf: Config, bootstrap: str, target: str, *, converter: str 
 
 
 def _has_rows(spark, path: str) -> bool:
-    from delta.tables import DeltaTable
-
-    if not DeltaTable.isDeltaTable(spark, path):
+    if not delta_log.is_delta_table(spark, path):
         return False
     return spark.read.format("delta").load(path).limit(1).count() > 0
 
 
 def _write(spark, conf: Config, target: str, latest, result: RestoreResult,
            wall_ms: int | None) -> None:
-    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
     from ttl.clock import WallClock
@@ -293,12 +296,33 @@ def _write(spark, conf: Config, target: str, latest, result: RestoreResult,
         F.col("key"), F.col("value"), F.col("ts"), F.col("headers"),
         _expiry(conf.store.ttl).alias("expires_at"), F.lit(now).cast("bigint").alias(
             "updated_at"), F.xxhash64("key").alias("key_hash"), F.col("record_ttl"))
-    meta = {"op": "restore", "store": conf.store.name, "topic": result.topic,
+    meta = {"op": OP_RESTORE, "store": conf.store.name, "topic": result.topic,
             "end_offsets": {str(k): v for k, v in result.end_offsets.items()},
             "last_version": result.last_version, "stream_time": result.stream_time,
             "input_offsets": result.input_offsets, "records_read": result.records_read}
     rows.write.format("delta").mode("overwrite").option(
         "userMetadata", commit.encode(meta)).save(target)
-    written = DeltaTable.forPath(spark, target).history(1).first()
-    result.version = written["version"]
-    result.keys_restored = int(written["operationMetrics"]["numOutputRows"])  # no 2nd pass
+    written = delta_log.latest_commit(spark, target)
+    result.version = written.version
+    result.keys_restored = written.metric("numOutputRows")  # no second pass over the rows
+
+
+def finish_recovery(result: RestoreResult, store, publisher, clock: str) -> list[str]:
+    """Disaster recovery's second half, after a restore into the store's own table.
+
+    The restored state is already on the changelog, so the publisher's progress moves to the
+    restore's version (with the input offsets to resume from); then sweeps remove what
+    expired meanwhile, and their tombstones are published. Returns the summary lines.
+    """
+    from ttl import eviction
+
+    publisher.reset_progress(result.version, store.stream_time.value, result.input_offsets)
+    lines = [eviction.sweep(store, "wall").summary()]
+    if clock in ("stream", "both"):
+        lines.append(eviction.sweep(store, "stream").summary())
+    published = publisher.publish()
+    lines.append(f"changelog: published {published.records} records (the sweep's "
+                 f"tombstones) up to version {published.published_version}")
+    lines.append(f"input resumes at {result.input_offsets or 'the checkpoint'}: see the "
+                 "README's restore runbook")
+    return lines

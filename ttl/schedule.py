@@ -1,15 +1,17 @@
-"""APScheduler wiring: wall-clock sweeps, OPTIMIZE and VACUUM (later: drills).
+"""APScheduler wiring: wall-clock sweeps, OPTIMIZE, VACUUM and drills.
 
 Used two ways with the same jobs: a ``BackgroundScheduler`` inside the streaming driver (its
 writes serialized with the micro-batches through one lock) and a ``BlockingScheduler`` for
-the standalone daemon ``ttl schedule`` (stores whose stream is not running; it skips while
-a stream holds the store's lease). Never two runs of a job at once (``max_instances=1``),
-missed runs coalesce into one, and a failed run is logged and tried again at the next tick.
+the standalone daemon ``ttl schedule`` (``run_daemon``; stores whose stream is not running:
+each run asks the guard of ``ttl.app`` and skips while a stream holds the store's lease).
+Never two runs of a job at once (``max_instances=1``), missed runs coalesce into one, and a
+failed run is logged and tried again at the next tick.
 """
 
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 from collections.abc import Callable
 
@@ -28,20 +30,20 @@ class StoreJobs:
     """The scheduled work of one store; every write holds ``lock``."""
 
     def __init__(self, store, conf: Config, *, lock: threading.Lock | None = None,
-                 publish: Callable[[], object] | None = None, lease=None) -> None:
+                 publish: Callable[[], object] | None = None,
+                 guard: Callable[[], str | None] | None = None) -> None:
         self.store = store
         self.conf = conf
         self.lock = lock or threading.Lock()
         self.publish = publish
-        self.lease = lease  # standalone daemon: skip while a stream holds the lease
+        self.guard = guard  # standalone daemon: why not to write now (a stream's lease)
         self.last_sweep: eviction.SweepResult | None = None
         self.evicted_total = 0
 
     def _owned_elsewhere(self, what: str) -> bool:
-        other = self.lease.held_by_other() if self.lease is not None else None
-        if other is not None:
-            log.info("%s skipped: the stream owns the table (lease held by %s)", what,
-                     other.holder)
+        reason = self.guard() if self.guard is not None else None
+        if reason is not None:
+            log.info("%s %s", what, reason)
             return True
         return False
 
@@ -99,3 +101,15 @@ def build(conf: Config, jobs: StoreJobs, *, blocking: bool, extra: dict | None =
     for name, (func, trigger) in (extra or {}).items():
         scheduler.add_job(func, trigger, id=name, name=name)
     return scheduler
+
+
+def run_daemon(conf: Config, jobs: StoreJobs, *, extra: dict | None = None) -> None:
+    """``ttl schedule``: run the store's jobs on a blocking scheduler until SIGTERM/Ctrl-C."""
+    scheduler = build(conf, jobs, blocking=True, extra=extra)
+    signal.signal(signal.SIGTERM, lambda *_: scheduler.shutdown(wait=False))
+    log.info("scheduler for %s started: %s", conf.store.name,
+             [job.name for job in scheduler.get_jobs()])
+    try:
+        scheduler.start()
+    except (KeyboardInterrupt, SystemExit):
+        pass

@@ -13,8 +13,8 @@ import os
 import time
 from pathlib import Path
 
-from ttl import jars
 from ttl.config import CONF_DIR, SparkConfig
+from ttl.deploy import jars
 
 log = logging.getLogger(__name__)
 

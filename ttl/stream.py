@@ -25,17 +25,15 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ttl import eviction, schedule
+from ttl import delta_log, eviction, schedule
 from ttl.config import Config
-from ttl.errors import TtlError
+from ttl.errors import StreamOwned
+from ttl.kafka import KafkaClients
 from ttl.lease import Lease
+from ttl.names import BATCH_LOGGER, batch_txn_app_id, query_name
 
 log = logging.getLogger(__name__)
-batch_log = logging.getLogger("ttl.batch")
-
-
-class StreamOwned(TtlError):
-    """Another stream job holds the store's lease. Operator action: stop it first."""
+batch_log = logging.getLogger(BATCH_LOGGER)
 
 
 @dataclass
@@ -60,16 +58,16 @@ class StreamSummary:
 class StreamJob:
     """One store's streaming query and everything that runs beside it."""
 
-    def __init__(self, conf: Config, spark, store, bootstrap: str, publisher) -> None:
+    def __init__(self, conf: Config, spark, store, kafka: KafkaClients, publisher,
+                 lease: Lease) -> None:
         self.conf = conf
         self.spark = spark
         self.store = store
-        self.bootstrap = bootstrap
+        self.kafka = kafka
         self.publisher = publisher
         self.lock = threading.Lock()
         self.summary = StreamSummary()
-        self.lease = Lease(spark, store.path, duration_ms=conf.eviction.lease,
-                           holder=f"stream:{conf.store.name}")
+        self.lease = lease
         self.sweeper = store.for_thread()  # wall sweeps: own session, same stream time
         self.jobs = schedule.StoreJobs(self.sweeper, conf, lock=self.lock,
                                        publish=self._publish)
@@ -93,7 +91,7 @@ class StreamJob:
                 self._publish()  # catch up on versions an earlier run left unpublished
             scheduler.start()
             if available_now:
-                self.end_offsets = input_end_offsets(self.conf, self.bootstrap)
+                self.end_offsets = self._input_end_offsets()
             self.query = self._start_query(available_now)
             self._query_started.set()
             log.info("stream %s started (query %s, checkpoint %s)", self.conf.store.name,
@@ -138,7 +136,7 @@ class StreamJob:
     def _start_query(self, available_now: bool):
         k, s = self.conf.kafka, self.conf.stream
         reader = (self.spark.readStream.format("kafka")
-                  .options(**k.spark_options(self.bootstrap))
+                  .options(**self.kafka.spark_options())
                   .option("subscribe", k.input_topic)
                   .option("includeHeaders", "true")
                   .option("startingOffsets", self._starting_offsets())
@@ -146,7 +144,7 @@ class StreamJob:
                   .option("maxOffsetsPerTrigger", s.max_offsets_per_trigger))
         writer = (reader.load().writeStream.foreachBatch(self._batch)
                   .option("checkpointLocation", s.checkpoint)
-                  .queryName(f"ttl-{self.conf.store.name}"))
+                  .queryName(query_name(self.conf.store.name)))
         if available_now:
             writer = writer.trigger(availableNow=True)
         else:
@@ -162,11 +160,13 @@ class StreamJob:
         marker = jvm.org.apache.hadoop.fs.Path(self.conf.stream.checkpoint + "/offsets")
         if marker.getFileSystem(hadoop).exists(marker):
             return "earliest"
-        offsets = last_input_offsets(self.store)
+        recorded = delta_log.last_engine_commit(self.spark, self.store.path,
+                                                having="input_offsets")
+        offsets = (recorded.metadata or {}).get("input_offsets") if recorded else None
         if not offsets:
             return "earliest"
         log.info("new checkpoint: input resumes at %s (recorded in the table)", offsets)
-        partitions = self.end_offsets or input_end_offsets(self.conf, self.bootstrap)
+        partitions = self.end_offsets or self._input_end_offsets()
         start = {str(p): int(offsets.get(str(p), -2)) for p in partitions}  # -2: earliest
         return json.dumps({self.conf.kafka.input_topic: start})
 
@@ -185,7 +185,7 @@ class StreamJob:
                    .agg((F.max("offset") + 1).alias("next")).collect()}
         self._query_started.wait()  # the first batch can start before start() returns
         query_id = self.query.id
-        txn = (f"ttl:{self.conf.store.name}:batch:{query_id}", batch_id)
+        txn = (batch_txn_app_id(self.conf.store.name, query_id), batch_id)
         waited = time.monotonic()
         with self.lock:
             waited = time.monotonic() - waited  # a wall sweep may hold the lock
@@ -209,6 +209,10 @@ class StreamJob:
             "stream_time": self.store.stream_time.value, "applied": result.applied,
             "input_offsets": offsets, "catch_up": self._catch_up(offsets),
         }, sort_keys=True))
+
+    def _input_end_offsets(self) -> dict[int, int]:
+        """The input topic's end offsets now: the target of an ``--available-now`` catch-up."""
+        return self.kafka.end_offsets(self.conf.kafka.input_topic) or {}
 
     def _catch_up(self, offsets: dict[str, int]) -> str | None:
         if not self.end_offsets:
@@ -245,64 +249,3 @@ class StreamJob:
         s.expired_on_arrival += result.counts.expired_on_arrival
         s.evicted["stream"] += evicted.get("stream", 0)
         s.evicted["wall"] = self.jobs.evicted_total
-
-
-def last_input_offsets(store) -> dict:
-    """The input offsets recorded by the table's latest commit that has them."""
-    from delta.tables import DeltaTable
-    from pyspark.sql import functions as F
-
-    from ttl.store import commit
-
-    rows = (DeltaTable.forPath(store.spark, store.path).history()
-            .where(F.get_json_object("userMetadata", "$.input_offsets").isNotNull()
-                   & (F.get_json_object("userMetadata", "$.input_offsets") != "{}"))
-            .orderBy(F.col("version").desc()).limit(1).collect())
-    meta = commit.decode(rows[0].userMetadata) if rows else None
-    return (meta or {}).get("input_offsets") or {}
-
-
-def input_end_offsets(conf: Config, bootstrap: str) -> dict[int, int]:
-    """The input topic's end offsets now: the target of an ``--available-now`` catch-up."""
-    from ttl.changelog import topic
-
-    marks = topic.watermarks(conf.kafka, bootstrap, conf.kafka.input_topic) or {}
-    return {p: high for p, (_, high) in marks.items()}
-
-
-def run_from_config(conf: Config, *, available_now: bool = False,
-                    demo_seconds: int | None = None) -> str:
-    """Start everything a profile names, run the stream, return the closing summary.
-
-    With ``demo_seconds`` (the embedded default) a sample producer feeds the input topic
-    and the job stops itself after that many seconds.
-    """
-    from ttl import runtime, sample
-    from ttl.changelog import topic
-
-    with runtime.kafka_endpoint(conf) as bootstrap:
-        embedded = conf.kafka.bootstrap_servers == "embedded"
-        runtime.check_kafka_access(conf, bootstrap)  # before Spark starts: seconds, not minutes
-        spark = runtime.session(conf)
-        runtime.ensure_input_topic(conf, bootstrap, create=embedded)
-        if embedded:
-            topic.create(conf.kafka, conf.changelog, bootstrap)
-        store = runtime.open_store(conf, spark)
-        rt = runtime.Runtime(conf, bootstrap, spark, store)
-        job = StreamJob(conf, spark, store, bootstrap, rt.publisher())
-        feeder = None
-        if demo_seconds:
-            spec = sample.SampleSpec(records=int(demo_seconds * 25), rate=50.0)
-            feeder = threading.Thread(target=sample.produce, daemon=True,
-                                      args=(bootstrap, conf.kafka.input_topic, spec),
-                                      kwargs={"stop": job.stopping})
-            feeder.start()
-            threading.Timer(demo_seconds, job.stop).start()
-            log.info("demo: feeding %d sample records over %d s into %s", spec.records,
-                     spec.records // 50, conf.kafka.input_topic)
-        job.run(available_now=available_now)
-        if feeder is not None:
-            feeder.join(timeout=30)
-        live = store.live_frame().count()
-        return (f"summary: {job.summary.line()} live_entries={live} "
-                f"stream_time={store.stream_time.value}")

@@ -20,30 +20,28 @@ from __future__ import annotations
 
 import logging
 
+from ttl import delta_log
 from ttl.clock import Clock, WallClock
 from ttl.config import Config
 from ttl.errors import LayoutError
-from ttl.record import INT64_MAX, NO_TIMESTAMP
+from ttl.names import PROP_FORMAT
+from ttl.names import PROP_UPGRADE_FROM as PROP_FROM_VERSION
 from ttl.store import layout
+from ttl.timestamps import NO_TIMESTAMP, expiry_column
 
 log = logging.getLogger(__name__)
 
-PROP_FROM_VERSION = "ttl.upgrade.from_version"
 V3_COLUMNS = {
     "ts": "BIGINT", "headers": layout.HEADERS_TYPE, "expires_at": "BIGINT",
     "updated_at": "BIGINT", "key_hash": "BIGINT", "record_ttl": "BIGINT",
 }
 
 
-def _properties(spark, path: str) -> dict[str, str]:
-    return dict(spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()["properties"] or {})
-
-
 def detect(spark, path: str) -> int:
     """The table's layout version: 3 if marked, else 1 or 2 from its columns."""
-    props = _properties(spark, path)
-    if layout.PROP_FORMAT in props:
-        return int(props[layout.PROP_FORMAT])
+    props = delta_log.properties(spark, path)
+    if PROP_FORMAT in props:
+        return int(props[PROP_FORMAT])
     columns = spark.read.format("delta").load(path).columns
     found = layout.legacy_version([c for c in columns if c not in V3_COLUMNS or c == "ts"])
     if found is None:
@@ -52,38 +50,39 @@ def detect(spark, path: str) -> int:
 
 
 def upgrade_in_place(spark, conf: Config, *, clock: Clock | None = None) -> str:
+    """Steps 1-4 of the module docstring; each is idempotent, so a rerun resumes."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
     path, ttl = conf.store.path, conf.store.ttl
     if detect(spark, path) == 3:
         return f"{path} is already format v3"
     now = (clock or WallClock()).now_ms()
-    props = _properties(spark, path)
+    props = delta_log.properties(spark, path)
     if PROP_FROM_VERSION not in props:
-        version = spark.sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 1").first().version
-        spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
-                  f"('{PROP_FROM_VERSION}' = '{version}')")
+        version = delta_log.latest_version(spark, path)
+        layout.set_properties(spark, path, {PROP_FROM_VERSION: str(version)})
     existing = set(spark.read.format("delta").load(path).columns)
     missing = [f"{c} {t}" for c, t in V3_COLUMNS.items() if c not in existing]
     if missing:
         spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({', '.join(missing)})")
-    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
-              "('delta.enableChangeDataFeed' = 'true')")
-    ts = f"CASE WHEN ts IS NULL OR ts = {NO_TIMESTAMP} THEN {now} ELSE ts END"
-    expiry = ("CAST(NULL AS BIGINT)" if ttl is None else
-              f"CASE WHEN ({ts}) > {INT64_MAX - ttl} THEN {INT64_MAX} ELSE ({ts}) + {ttl} END")
-    spark.sql(f"""UPDATE delta.`{path}` SET headers = coalesce(headers, array()),
-                  expires_at = {expiry}, ts = {ts}, key_hash = xxhash64(key),
-                  updated_at = {now} WHERE key_hash IS NULL""")
+    layout.set_properties(spark, path, {"delta.enableChangeDataFeed": "true"})
+    ts = (F.when(F.col("ts").isNull() | (F.col("ts") == F.lit(NO_TIMESTAMP)), F.lit(now))
+          .otherwise(F.col("ts")).cast("bigint"))
+    DeltaTable.forPath(spark, path).update("key_hash IS NULL", {
+        "headers": F.coalesce(F.col("headers"), F.array().cast(layout.HEADERS_TYPE)),
+        "expires_at": expiry_column(ts, F.lit(ttl).cast("bigint")),
+        "ts": ts, "key_hash": F.xxhash64("key"), "updated_at": F.lit(now).cast("bigint")})
     marks = layout.store_properties(conf.store.name, ttl)
     marks.pop("delta.enableDeletionVectors")  # turning DVs on needs a protocol upgrade
-    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
-              f"({layout.tblproperties(marks)})")
+    layout.set_properties(spark, path, marks)
     return f"{path} upgraded in place to format v3 (missing timestamps backfilled with {now})"
 
 
 def rollback(spark, conf: Config) -> str:
     """Undo a (possibly half-done) in-place upgrade: RESTORE the version recorded before it."""
     path = conf.store.path
-    version = _properties(spark, path).get(PROP_FROM_VERSION)
+    version = delta_log.properties(spark, path).get(PROP_FROM_VERSION)
     if version is None:
         return f"{path}: no in-place upgrade to roll back"
     spark.sql(f"RESTORE TABLE delta.`{path}` TO VERSION AS OF {int(version)}")

@@ -34,7 +34,8 @@ from ttl.changelog import topic
 from ttl.changelog.publisher import Publisher
 from ttl.clock import FixedClock
 from ttl.config import ChangelogConfig, KafkaConfig, StoreConfig
-from ttl.kafka_local import LocalKafka
+from ttl.kafka import KafkaClients
+from ttl.local.kafka import LocalKafka
 from ttl.record import InputRecord
 from ttl.spark import get_session
 from ttl.store import DeltaStore
@@ -75,10 +76,10 @@ def time_produce(kconf: KafkaConfig, bootstrap: str, n: int) -> float:
     from confluent_kafka import Producer
 
     scratch = f"bench-produce-{uuid.uuid4().hex[:6]}"
-    topic.create(kconf.model_copy(update={"changelog_topic": scratch}), ChangelogConfig(),
-                 bootstrap)
+    topic.create(KafkaClients(kconf.model_copy(update={"changelog_topic": scratch}), bootstrap),
+                 ChangelogConfig())
     producer = Producer({
-        **kconf.client_config(bootstrap), "transactional.id": f"bench-{scratch}",
+        **KafkaClients(kconf, bootstrap).client_config(), "transactional.id": f"bench-{scratch}",
         "partitioner": "murmur2_random", "acks": "all", "linger.ms": 20,
         "compression.type": "lz4", "queue.buffering.max.messages": 1_000_000,
         "queue.buffering.max.kbytes": 1_048_576, "transaction.timeout.ms": 300_000,
@@ -114,7 +115,7 @@ def run(args) -> None:
             name = f"bench-{uuid.uuid4().hex[:6]}"
             kconf = KafkaConfig(bootstrap_servers=bootstrap, input_topic=f"{name}-in",
                                 changelog_topic=name, changelog_partitions=3)
-            topic.create(kconf, ChangelogConfig(), bootstrap)
+            topic.create(KafkaClients(kconf, bootstrap), ChangelogConfig())
             conf = StoreConfig(name="bench", path=str(work / "store"), ttl=None)
             store = DeltaStore(spark, conf, wall_clock=FixedClock(NOW))
 
@@ -124,7 +125,8 @@ def run(args) -> None:
                   flush=True)
 
             # 1. publication throughput
-            pub = Publisher(spark, conf.path, conf.name, kconf, ChangelogConfig(), bootstrap)
+            pub = Publisher(spark, conf.path, conf.name, KafkaClients(kconf, bootstrap),
+                            ChangelogConfig())
             result = pub.publish()
             print(f"[1] publish(): versions 0..{result.published_version}, "
                   f"{result.records:,} records ({result.puts:,} puts, "

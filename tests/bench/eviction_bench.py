@@ -348,7 +348,7 @@ def part3(spark, tables: Tables, *, ttl: str, interval: str, batch: int, every: 
     if verbose:
         from delta.tables import DeltaTable
 
-        from ttl.store import commit
+        from ttl import commit
 
         print("  history:", flush=True)
         for h in (DeltaTable.forPath(spark, str(path)).history()

@@ -14,7 +14,7 @@ Starts a local Kafka broker and creates the changelog topics with ``topic.create
    ``ttl.version``. The expected final state (live keys) is tracked on the side.
 2. **Ceiling 1**: drain the same topic with a plain ``confluent_kafka.Consumer``
    (``read_committed``, from the beginning to the end offsets), records/s.
-3. **Restore**: ``restore(spark, conf, bootstrap, target)`` into a fresh temp path: records
+3. **Restore**: ``restore(spark, conf, kafka, target)`` into a fresh temp path: records
    read, keys restored (checked against the expected live keys), seconds, records/s and the
    ratio to each ceiling. **Ceiling 2**: a Spark-only bounded batch read of the topic
    (``spark.read.format('kafka')`` ... ``.count()``), same isolation level.
@@ -40,7 +40,8 @@ from tests.bench.machine import machine_facts
 from ttl.changelog import format as fmt
 from ttl.changelog import topic
 from ttl.config import from_dict
-from ttl.kafka_local import LocalKafka
+from ttl.kafka import KafkaClients
+from ttl.local.kafka import LocalKafka
 from ttl.spark import get_session
 
 NOW = 1_700_000_000_000
@@ -53,7 +54,7 @@ def build_changelog(conf, bootstrap: str, records: int, keys: int, tombstones: f
 
     name = conf.kafka.changelog_topic
     producer = Producer({
-        **conf.kafka.client_config(bootstrap), "transactional.id": f"bench-{name}",
+        **KafkaClients(conf.kafka, bootstrap).client_config(), "transactional.id": f"bench-{name}",
         "partitioner": "murmur2_random", "acks": "all", "linger.ms": 20,
         "enable.idempotence": True, "compression.type": "lz4",
         "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576,
@@ -104,8 +105,8 @@ def raw_consume(conf, bootstrap: str) -> tuple[int, float, dict[int, int]]:
     from ttl.restore import end_offsets
 
     name = conf.kafka.changelog_topic
-    ends = end_offsets(conf, bootstrap, name)
-    consumer = Consumer({**conf.kafka.client_config(bootstrap), "log_level": 3,
+    ends = end_offsets(KafkaClients(conf.kafka, bootstrap), name)
+    consumer = Consumer({**KafkaClients(conf.kafka, bootstrap).client_config(), "log_level": 3,
                          "group.id": f"bench-{uuid.uuid4()}", "enable.auto.commit": False,
                          "isolation.level": "read_committed", "enable.partition.eof": True,
                          "fetch.max.bytes": 52_428_800,
@@ -167,7 +168,7 @@ def run(args) -> None:
                           "changelog_topic": name, "changelog_partitions": 2},
                 "stream": {"checkpoint": str(work / "ckpt")},
             })
-            topic.create(conf.kafka, conf.changelog, bootstrap)
+            topic.create(KafkaClients(conf.kafka, bootstrap), conf.changelog)
 
             live, dead, produce_s = build_changelog(conf, bootstrap, args.records, args.keys,
                                                     args.tombstones, args.txn, args.seed)
@@ -183,7 +184,7 @@ def run(args) -> None:
                   flush=True)
 
             target = str(work / "restored")
-            result = restore(spark, conf, bootstrap, target)
+            result = restore(spark, conf, KafkaClients(conf.kafka, bootstrap), target)
             print(f"[3] restore: {result.records_read:,} records read, "
                   f"{result.keys_restored:,} keys restored (expected {live:,}"
                   f"{'' if result.keys_restored == live else ' MISMATCH'}), "

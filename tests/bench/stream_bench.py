@@ -47,7 +47,7 @@ from tests.bench.machine import machine_facts
 from tests.e2e.test_stream_job import write_conf as e2e_write_conf
 from tests.support import wait_until
 from ttl.config import load
-from ttl.kafka_local import LocalKafka
+from ttl.local.kafka import LocalKafka
 
 TTL_BIN = str(Path(sys.executable).parent / "ttl")
 SENT = "bench.sent_ms"

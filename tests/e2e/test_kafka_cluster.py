@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.e2e.test_stream_job import DAY, TTL_BIN, table_rows, write_profile
 from tests.support import wait_until
 from ttl.config import REPO_ROOT, load
-from ttl.kafka_local import LocalKafka
+from ttl.local.kafka import LocalKafka
 from ttl.model import ReferenceStore, Semantics
 from ttl.record import InputRecord
 
@@ -217,7 +217,7 @@ def test_sasl_job_and_drill_authenticate_and_never_reveal_the_password(spark, sa
     assert drill.returncode == 0, drill.stdout[-3000:] + drill.stderr[-5000:]
     assert "drill MATCH" in drill.stdout
     printed = subprocess.run(
-        [sys.executable, "-m", "ttl.submit", "--print", "--conf", str(conf_path),
+        [sys.executable, "-m", "ttl.deploy.submit", "--print", "--conf", str(conf_path),
          "jobs/stream.py"], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT,
         env={**os.environ, **SASL_ENV})
     assert printed.returncode == 0, printed.stderr[-3000:]

@@ -11,9 +11,9 @@ import pytest
 from tests.e2e.test_stream_job import DAY, crafted, produce, table_rows, write_conf
 from tests.support import rebuild_from_changelog
 from ttl.config import REPO_ROOT, load
+from ttl.local.spark_cluster import LocalSparkCluster
 from ttl.model import ReferenceStore, Semantics
 from ttl.record import InputRecord
-from ttl.spark_standalone import LocalSparkCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
 

@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.support import consume_all, rebuild_from_changelog, wait_until
+from tests.support import clients, consume_all, rebuild_from_changelog, wait_until
 from ttl.changelog import topic
 from ttl.changelog.publisher import read_progress
 from ttl.config import load
@@ -72,7 +72,7 @@ def write_conf(tmp_path: Path, kafka, *, changelog_policy=None, **profile) -> Pa
     admin.create_topics([NewTopic(loaded.kafka.input_topic, 2, 1)])[
         loaded.kafka.input_topic].result()
     if changelog_policy is None:
-        topic.create(loaded.kafka, loaded.changelog, kafka.bootstrap_servers)
+        topic.create(clients(loaded, kafka), loaded.changelog)
     else:
         for t in (loaded.kafka.changelog_topic, topic.progress_topic(loaded.kafka.changelog_topic)):
             admin.create_topics([NewTopic(t, 2 if t.endswith("-cl") else 1, 1, config={
@@ -235,8 +235,7 @@ def test_sigterm_stops_cleanly_with_everything_published(spark, kafka, tmp_path)
     assert job.returncode == 0, err[-4000:]
     assert "stopped:" in err
     version = spark.sql(f"DESCRIBE HISTORY delta.`{conf.store.path}` LIMIT 1").first().version
-    progress = read_progress(conf.kafka, kafka.bootstrap_servers,
-                             topic.progress_topic(conf.kafka.changelog_topic))
+    progress = read_progress(clients(conf, kafka), topic.progress_topic(conf.kafka.changelog_topic))
     assert progress.version == version  # the last version is fully published
 
 

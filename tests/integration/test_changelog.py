@@ -16,18 +16,19 @@ from confluent_kafka import Consumer, TopicPartition
 
 from tests.support import (
     bulk_load,
+    clients,
     consume_all,
     operator_sql,
     rebuild_from_changelog,
     retrying,
     run_concurrently,
 )
-from ttl import jars
 from ttl.changelog import topic
-from ttl.changelog.publisher import Publisher, PublisherFenced, read_progress
+from ttl.changelog.publisher import Publisher, read_progress
 from ttl.clock import FixedClock
 from ttl.config import ChangelogConfig, KafkaConfig, StoreConfig
-from ttl.errors import TopicError
+from ttl.deploy import jars
+from ttl.errors import PublisherFenced, TopicError
 from ttl.record import InputRecord
 from ttl.store import DeltaStore
 
@@ -42,7 +43,7 @@ def kconf(kafka) -> KafkaConfig:
     name = f"cl-{uuid.uuid4().hex[:8]}"
     conf = KafkaConfig(bootstrap_servers=kafka.bootstrap_servers, input_topic=f"{name}-in",
                        changelog_topic=name, changelog_partitions=3)
-    topic.create(conf, ChangelogConfig(), kafka.bootstrap_servers)
+    topic.create(clients(conf, kafka), ChangelogConfig())
     return conf
 
 
@@ -52,8 +53,8 @@ def make_store(spark, path, name="s", ttl=TTL) -> DeltaStore:
 
 
 def publisher(spark, store, kconf, kafka, **kw) -> Publisher:
-    return Publisher(spark, store.path, store.conf.name, kconf, ChangelogConfig(**kw),
-                     kafka.bootstrap_servers)
+    return Publisher(spark, store.path, store.conf.name,
+                     clients(kconf, kafka), ChangelogConfig(**kw))
 
 
 def read_changelog(kafka, kconf, expected: int):
@@ -125,7 +126,7 @@ def test_round_trip_puts_deletes_expiries_with_headers_and_negative_timestamps(
     c_put, c_exp = by_key[b"c"]
     assert engine(c_exp)["ttl.op"] == b"expire" and engine(c_exp)["ttl.clock"] == b"wall"
     assert c_put.offset() < c_exp.offset() and b_put.offset() < b_del.offset()
-    progress = read_progress(kconf, kafka.bootstrap_servers, topic.progress_topic(
+    progress = read_progress(clients(kconf, kafka), topic.progress_topic(
         kconf.changelog_topic))
     assert (progress.version, progress.stream_time) == (2, NOW)
     assert pub.publish().records == 0  # nothing new: nothing published twice
@@ -172,13 +173,13 @@ def test_a_non_compacted_topic_is_refused_naming_cleanup_policy(kafka, topic_fac
     topic_factory("x", config={"cleanup.policy": "compact"})
     conf = KafkaConfig(input_topic="in", changelog_topic=bad)
     with pytest.raises(TopicError, match=r"cleanup\.policy is 'compact,delete'"):
-        topic.check(conf, kafka.bootstrap_servers, None)
+        topic.check(clients(conf, kafka), None)
 
 
 def test_a_changed_partition_count_is_refused(kafka, kconf):
     with pytest.raises(TopicError, match=r"3 partitions but the table records 4"):
-        topic.check(kconf, kafka.bootstrap_servers, 4)
-    assert topic.check(kconf, kafka.bootstrap_servers, 3).partitions == 3
+        topic.check(clients(kconf, kafka), 4)
+    assert topic.check(clients(kconf, kafka), 3).partitions == 3
 
 
 def test_a_second_publisher_fences_the_first(spark, kafka, kconf, table_path):
@@ -242,6 +243,7 @@ def test_killed_publisher_resumes_with_no_gap_and_no_reordering(spark, kafka, kc
         from ttl.spark import get_session
         from ttl.config import KafkaConfig, ChangelogConfig
         from ttl.changelog.publisher import Publisher
+        from ttl.kafka import KafkaClients
         import os, signal
         produce, sent = Publisher._produce, [0]
         def produce_then_die(self, *args):
@@ -253,9 +255,8 @@ def test_killed_publisher_resumes_with_no_gap_and_no_reordering(spark, kafka, kc
         Publisher._produce = produce_then_die
         spark = get_session(overrides={{"spark.sql.shuffle.partitions": "2"}})
         kconf = KafkaConfig.model_validate_json({kconf.model_dump_json()!r})
-        Publisher(spark, {table_path!r}, "s", kconf,
-                  ChangelogConfig(max_records_per_transaction=10**9),
-                  {kafka.bootstrap_servers!r}).publish()
+        Publisher(spark, {table_path!r}, "s", KafkaClients(kconf, {kafka.bootstrap_servers!r}),
+                  ChangelogConfig(max_records_per_transaction=10**9)).publish()
     """)
     proc = subprocess.run([sys.executable, "-c", script], stdout=subprocess.DEVNULL,
                           stderr=subprocess.DEVNULL, timeout=300)
@@ -266,8 +267,8 @@ def test_killed_publisher_resumes_with_no_gap_and_no_reordering(spark, kafka, kc
                                               timeout=10)[1] for p in range(3))
     probe.close()
     assert written >= 100_000  # the records are in the log, in an aborted transaction
-    assert read_progress(kconf, kafka.bootstrap_servers,
-                         topic.progress_topic(kconf.changelog_topic)).version == -1
+    progress = read_progress(clients(kconf, kafka), topic.progress_topic(kconf.changelog_topic))
+    assert progress.version == -1
     result = publisher(spark, store, kconf, kafka).publish()
     assert result.published_version == 2
     msgs = read_changelog(kafka, kconf, 300_001)

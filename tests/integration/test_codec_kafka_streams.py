@@ -27,8 +27,9 @@ from pathlib import Path
 
 import pytest
 
-from ttl import codec, jars
+from ttl import codec
 from ttl.codec import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, Header
+from ttl.deploy import jars
 
 pytestmark = pytest.mark.integration
 

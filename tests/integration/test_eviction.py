@@ -7,15 +7,17 @@ import uuid
 
 import pytest
 
-from tests.support import consume_all, rebuild_from_changelog, wait_until
+from tests.support import clients, consume_all, rebuild_from_changelog, wait_until
 from ttl import eviction, schedule
+from ttl.app import App
 from ttl.changelog import topic
 from ttl.changelog.publisher import Publisher
 from ttl.clock import FixedClock, WallClock
 from ttl.config import ChangelogConfig, KafkaConfig, StoreConfig, from_dict
 from ttl.lease import Lease
-from ttl.record import INT64_MAX, InputRecord
+from ttl.record import InputRecord
 from ttl.store import DeltaStore
+from ttl.timestamps import INT64_MAX
 
 pytestmark = pytest.mark.integration
 
@@ -115,7 +117,7 @@ def test_a_key_refreshed_during_sweeps_survives_and_the_changelog_rebuilds(
     """Sweeps race a writer that keeps refreshing expiring keys: predicate-based deletes with
     conflict retries never remove a key made live again (a key-list sweep would)."""
     kconf = KafkaConfig(input_topic="x", changelog_topic=f"ev-{uuid.uuid4().hex[:8]}")
-    topic.create(kconf, ChangelogConfig(), kafka.bootstrap_servers)
+    topic.create(clients(kconf, kafka), ChangelogConfig())
     wall = FixedClock(NOW)
     store = make_store(spark, table_path, wall=wall)
     hot = [f"k{i}".encode() for i in range(8)]
@@ -147,8 +149,8 @@ def test_a_key_refreshed_during_sweeps_survives_and_the_changelog_rebuilds(
     table = store.entries(at=-(2**63))
     assert set(table) == set(hot[:4])                           # refreshed keys survived
     assert {e.value for e in table.values()} == {b"v3"}
-    result = Publisher(spark, table_path, "ev", kconf, ChangelogConfig(),
-                       kafka.bootstrap_servers).publish()
+    result = Publisher(spark, table_path, "ev", clients(kconf, kafka),
+                       ChangelogConfig()).publish()
     rebuilt = rebuild_from_changelog(consume_all(kafka.bootstrap_servers, kconf.changelog_topic,
                                                  result.records))
     assert {k: v for k, (v, _) in rebuilt.items()} == {k: e.value for k, e in table.items()}
@@ -161,14 +163,14 @@ def test_scheduled_wall_sweeps_evict_idle_keys_with_expire_tombstones(spark, kaf
                       "eviction": {"interval": "500ms"},
                       "maintenance": {"optimize_interval": None, "vacuum_interval": None},
                       "stream": {"checkpoint": "unused"}})
-    topic.create(conf.kafka, conf.changelog, kafka.bootstrap_servers)
+    topic.create(clients(conf, kafka), conf.changelog)
     store = DeltaStore(spark, conf.store, wall_clock=WallClock())
     now = WallClock().now_ms()
     store.apply_records(recs((b"a", b"v", now), (b"b", b"v", now)))
-    publisher = Publisher(spark, table_path, "ev", conf.kafka, conf.changelog,
-                          kafka.bootstrap_servers)
+    publisher = Publisher(spark, table_path, "ev", clients(conf, kafka),
+                          conf.changelog)
     jobs = schedule.StoreJobs(store, conf, publish=publisher.publish,
-                              lease=Lease(spark, table_path))
+                              guard=App(conf, spark=spark).guard)
     scheduler = schedule.build(conf, jobs, blocking=False)
     scheduler.start()
     try:
@@ -192,7 +194,7 @@ def test_a_standalone_sweep_skips_while_another_process_holds_the_lease(spark, t
     conf = from_dict({"store": {"name": "ev", "path": table_path, "ttl": "60s"},
                       "kafka": {"input_topic": "x", "changelog_topic": "y"},
                       "stream": {"checkpoint": "unused"}})
-    jobs = schedule.StoreJobs(store, conf, lease=standalone)
+    jobs = schedule.StoreJobs(store, conf, guard=App(conf, spark=spark).guard)
     assert jobs.wall_sweep() is None
     stream_lease.release()
     wait_until(lambda: standalone.acquire(), timeout=10, what="the released lease")

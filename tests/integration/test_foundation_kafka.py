@@ -72,7 +72,7 @@ def test_broker_does_not_outlive_a_killed_python_process(tmp_path):
         f"""
         import sys, signal
         sys.path.insert(0, {os.getcwd()!r})
-        from ttl.kafka_local import LocalKafka
+        from ttl.local.kafka import LocalKafka
         k = LocalKafka({str(tmp_path / 'kafka')!r}).start()
         print(k.process.pid, flush=True)
         signal.pause()

@@ -8,8 +8,8 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
-from tests.support import operator_sql, retrying, run_concurrently
-from ttl import drill, eviction, jobs_support
+from tests.support import clients, operator_sql, retrying, run_concurrently
+from ttl import app, drill, eviction
 from ttl.changelog import topic
 from ttl.changelog.publisher import Publisher, read_progress
 from ttl.clock import FixedClock
@@ -32,7 +32,7 @@ def make_conf(tmp_path, kafka, ttl="60s", clock="wall"):
         "eviction": {"clock": clock},
         "stream": {"checkpoint": str(tmp_path / "ckpt")},
     })
-    topic.create(conf.kafka, conf.changelog, kafka.bootstrap_servers)
+    topic.create(clients(conf, kafka), conf.changelog)
     return conf
 
 
@@ -63,8 +63,8 @@ def workload(spark, conf, kafka, wall: FixedClock, batches: int = 4) -> DeltaSto
 
     run_concurrently(engine, lambda: operator_sql(spark, conf.store.path, keys, rounds=3))
     spark.sql(f"UPDATE delta.`{conf.store.path}` SET value = X'6f70' WHERE key = X'6b31'")
-    publisher = Publisher(spark, conf.store.path, conf.store.name, conf.kafka, conf.changelog,
-                          kafka.bootstrap_servers)
+    publisher = Publisher(spark, conf.store.path, conf.store.name,
+                          clients(conf, kafka), conf.changelog)
     publisher.publish()
     publisher.close()
     return store
@@ -81,15 +81,15 @@ def test_restore_and_drill_match_after_a_long_workload_and_restore_is_idempotent
     conf = make_conf(tmp_path, kafka)
     workload(spark, conf, kafka, FixedClock(NOW))
     target = str(tmp_path / "restored")
-    first = restore(spark, conf, kafka.bootstrap_servers, target, wall_ms=NOW)
+    first = restore(spark, conf, clients(conf, kafka), target, wall_ms=NOW)
     assert first.state is State.DONE and first.keys_restored > 0
     assert rows(spark, target) == rows(spark, conf.store.path)
-    second = restore(spark, conf, kafka.bootstrap_servers, target, wall_ms=NOW)
+    second = restore(spark, conf, clients(conf, kafka), target, wall_ms=NOW)
     assert second.version == first.version + 1
     assert rows(spark, target) == rows(spark, conf.store.path)
     previous = spark.read.format("delta").option("versionAsOf", first.version).load(target)
     assert previous.count() == first.keys_restored            # reachable by time travel
-    report = drill.run(spark, conf, kafka.bootstrap_servers, report_path=tmp_path / "r.json")
+    report = drill.run(spark, conf, clients(conf, kafka), report_path=tmp_path / "r.json")
     assert report.match, report.summary()
     assert '"match": true' in (tmp_path / "r.json").read_text()
     history = spark.read.format("delta").load(conf.store.path + "_drills").collect()
@@ -101,11 +101,11 @@ def test_drill_detects_a_row_changed_behind_the_engines_back(spark, kafka, tmp_p
     store = workload(spark, conf, kafka, FixedClock(NOW), batches=2)
     spark.sql(f"UPDATE delta.`{conf.store.path}` SET value = X'00' WHERE key = X'6b31'")
     version = spark.sql(f"DESCRIBE HISTORY delta.`{conf.store.path}` LIMIT 1").first().version
-    publisher = Publisher(spark, conf.store.path, conf.store.name, conf.kafka, conf.changelog,
-                          kafka.bootstrap_servers)
+    publisher = Publisher(spark, conf.store.path, conf.store.name,
+                          clients(conf, kafka), conf.changelog)
     publisher.reset_progress(version, store.stream_time.value, {})  # claims it, never sent
     publisher.close()
-    report = drill.run(spark, conf, kafka.bootstrap_servers)
+    report = drill.run(spark, conf, clients(conf, kafka))
     assert not report.match and report.different == 1
     assert report.samples["different"] == ["k1"]
 
@@ -134,7 +134,7 @@ def test_drill_detects_a_tampered_changelog_copy(spark, kafka, tmp_path, tamper)
         producer.produce(copy, key=m.key(), value=m.value(), headers=headers,
                          partition=m.partition())
     producer.flush(30)
-    report = drill.run(spark, conf, kafka.bootstrap_servers, source_topic=copy)
+    report = drill.run(spark, conf, clients(conf, kafka), source_topic=copy)
     assert not report.match
     assert report.different + report.missing >= 1
 
@@ -155,21 +155,21 @@ def test_disaster_recovery_restores_sweeps_expired_entries_and_keeps_stream_time
                                                         .encode()),), 0, 0),
                          InputRecord(b"new", b"v", -1, (("ttl.ts", str(now).encode()),), 0, 1)],
                         metadata={"input_offsets": {"0": 2}})
-    publisher = Publisher(spark, conf.store.path, conf.store.name, conf.kafka, conf.changelog,
-                          kafka.bootstrap_servers)
+    publisher = Publisher(spark, conf.store.path, conf.store.name,
+                          clients(conf, kafka), conf.changelog)
     publisher.publish()
     publisher.close()
     import shutil
     shutil.rmtree(conf.store.path)                                # the disaster
     later = FixedClock(now + 1_800_000)  # 30 min later: "old" (expires now + 10 min) is due
-    text = jobs_support.restore_store(conf, kafka.bootstrap_servers, wall_clock=later)
+    text = app.restore(app.App(conf, bootstrap=kafka.bootstrap_servers, spark=spark,
+                               wall_clock=later))
     assert "restore done" in text, text
     restored = DeltaStore(spark, conf.store)
     assert restored.stream_time.value == now                      # stream time restored
     keys = set(restored.entries(at=-(2**63)))
     assert keys == {b"new"}                                        # old expired meanwhile
-    progress = read_progress(conf.kafka, kafka.bootstrap_servers,
-                             topic.progress_topic(conf.kafka.changelog_topic))
+    progress = read_progress(clients(conf, kafka), topic.progress_topic(conf.kafka.changelog_topic))
     assert progress.input_offsets == {"0": 2}                      # where the input resumes
     tombstones = [m for m in _all(kafka, conf.kafka.changelog_topic) if m.value() is None]
     assert [(m.key(), dict(m.headers())["ttl.op"]) for m in tombstones] == [(b"old", b"expire")]
@@ -186,7 +186,7 @@ def test_foreign_changelog_without_engine_headers_restores(spark, kafka, tmp_pat
     producer.produce(foreign, key=b"b", value=None, timestamp=NOW + 3)
     producer.flush(30)
     target = str(tmp_path / "foreign")
-    result = restore(spark, conf, kafka.bootstrap_servers, target, converter="plain",
+    result = restore(spark, conf, clients(conf, kafka), target, converter="plain",
                      source_topic=foreign)
     assert result.records_read == 4
     assert rows(spark, target) == {b"a": (b"3", NOW + 2, (("h", None),), NOW + 2 + 86_400_000)}
@@ -196,11 +196,11 @@ def test_a_missing_or_non_compacted_topic_is_a_clear_error(spark, kafka, tmp_pat
                                                           topic_factory):
     conf = make_conf(tmp_path, kafka)
     with pytest.raises(RestoreError, match="does not exist"):
-        restore(spark, conf, kafka.bootstrap_servers, str(tmp_path / "x"),
+        restore(spark, conf, clients(conf, kafka), str(tmp_path / "x"),
                 source_topic="no-such-topic")
     plain = topic_factory("plain", config={"cleanup.policy": "delete"})
     with pytest.raises(RestoreError, match="cleanup.policy"):
-        restore(spark, conf, kafka.bootstrap_servers, str(tmp_path / "x"), source_topic=plain)
+        restore(spark, conf, clients(conf, kafka), str(tmp_path / "x"), source_topic=plain)
 
 
 def test_a_killed_restore_leaves_the_target_untouched_or_complete(spark, kafka, tmp_path):
@@ -212,7 +212,7 @@ def test_a_killed_restore_leaves_the_target_untouched_or_complete(spark, kafka, 
     conf = make_conf(tmp_path, kafka)
     workload(spark, conf, kafka, FixedClock(NOW), batches=2)
     target = str(tmp_path / "target")
-    restore(spark, conf, kafka.bootstrap_servers, target, wall_ms=NOW)
+    restore(spark, conf, clients(conf, kafka), target, wall_ms=NOW)
     before = rows(spark, target)
     version = spark.sql(f"DESCRIBE HISTORY delta.`{target}` LIMIT 1").first().version
     script = textwrap.dedent(f"""
@@ -221,6 +221,7 @@ def test_a_killed_restore_leaves_the_target_untouched_or_complete(spark, kafka, 
         from ttl import restore as r
         from ttl.config import Config
         from ttl.spark import get_session
+        from ttl.kafka import KafkaClients
         write = r._write
         def write_then_die(*args, **kwargs):
             threading.Timer(1.5, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
@@ -229,7 +230,8 @@ def test_a_killed_restore_leaves_the_target_untouched_or_complete(spark, kafka, 
         r._write = write_then_die
         spark = get_session(overrides={{"spark.sql.shuffle.partitions": "2"}})
         conf = Config.model_validate_json({conf.model_dump_json()!r})
-        r.restore(spark, conf, {kafka.bootstrap_servers!r}, {target!r}, wall_ms={NOW})
+        r.restore(spark, conf, KafkaClients(conf.kafka, {kafka.bootstrap_servers!r}), {target!r},
+                  wall_ms={NOW})
     """)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=300)
     assert proc.returncode == -9, proc.stderr[-2000:]
@@ -245,7 +247,7 @@ def test_an_empty_changelog_never_wipes_a_table_with_entries(spark, kafka, tmp_p
     empty = topic_factory("empty", config={"cleanup.policy": "compact",
                                             "message.timestamp.type": "LogAppendTime"})
     with pytest.raises(RestoreError, match="is empty"):
-        restore(spark, conf, kafka.bootstrap_servers, conf.store.path, source_topic=empty)
+        restore(spark, conf, clients(conf, kafka), conf.store.path, source_topic=empty)
 
 
 def test_point_in_time_restore_up_to_a_version_or_to_offsets(spark, kafka, tmp_path, caplog):
@@ -258,8 +260,8 @@ def test_point_in_time_restore_up_to_a_version_or_to_offsets(spark, kafka, tmp_p
     first = store.apply_records(put).version
     store.apply_records([InputRecord(b"a", b"2", -1, (("ttl.ts", str(NOW).encode()),), 0, 4),
                          InputRecord(b"b", None, -1, (("ttl.ts", str(NOW).encode()),), 0, 5)])
-    publisher = Publisher(spark, conf.store.path, conf.store.name, conf.kafka, conf.changelog,
-                          kafka.bootstrap_servers)
+    publisher = Publisher(spark, conf.store.path, conf.store.name,
+                          clients(conf, kafka), conf.changelog)
     publisher.publish()
     publisher.close()
     at_first = {bytes(r.key): (bytes(r.value), r.ts, r.expires_at) for r in spark.read.format(
@@ -272,7 +274,7 @@ def test_point_in_time_restore_up_to_a_version_or_to_offsets(spark, kafka, tmp_p
     caplog.set_level("INFO", logger="ttl.restore")
     for name, point in (("v", {"until_version": first}), ("o", {"until_offsets": ends})):
         target = str(tmp_path / f"pit-{name}")
-        result = restore(spark, conf, kafka.bootstrap_servers, target, wall_ms=NOW, **point)
+        result = restore(spark, conf, clients(conf, kafka), target, wall_ms=NOW, **point)
         got = {bytes(r.key): (bytes(r.value), r.ts, r.expires_at)
                for r in spark.read.format("delta").load(target).collect()}
         assert got == at_first, point
@@ -280,5 +282,5 @@ def test_point_in_time_restore_up_to_a_version_or_to_offsets(spark, kafka, tmp_p
     assert f"of {result.records_total} records (100%)" in caplog.text
     assert result.records_total == sum(ends.values()) and result.records_read <= len(msgs)
     with pytest.raises(RestoreError, match=r"every partition.*missing \[1\]"):
-        restore(spark, conf, kafka.bootstrap_servers, str(tmp_path / "x"),
+        restore(spark, conf, clients(conf, kafka), str(tmp_path / "x"),
                 until_offsets={0: 1})

@@ -7,9 +7,10 @@ import pytest
 from ttl.clock import FixedClock
 from ttl.config import StoreConfig
 from ttl.errors import InvalidRecordError, LayoutError
-from ttl.record import INT64_MAX, Entry, InputRecord, ValueTimestampHeaders
+from ttl.record import Entry, InputRecord, ValueTimestampHeaders
 from ttl.store import DeltaStore
 from ttl.store.layout import PROP_FORMAT, PROP_TTL
+from ttl.timestamps import INT64_MAX
 
 pytestmark = pytest.mark.integration
 

@@ -20,8 +20,8 @@ from tests.strategies import CLOCKS, batches, semantics
 from ttl.clock import FixedClock
 from ttl.config import StoreConfig
 from ttl.model import ReferenceStore
-from ttl.record import NO_TIMESTAMP
 from ttl.store import DeltaStore
+from ttl.timestamps import NO_TIMESTAMP
 
 pytestmark = pytest.mark.integration
 

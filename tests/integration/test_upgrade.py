@@ -7,6 +7,7 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
+from tests.support import clients
 from ttl import upgrade
 from ttl.clock import FixedClock
 from ttl.config import from_dict
@@ -85,7 +86,7 @@ def test_roll_over_restores_a_v3_table_from_a_legacy_changelog(spark, kafka, tab
     producer.flush(30)
     new_path = str(tmp_path / f"v3-{uuid.uuid4().hex[:6]}")
     conf = conf_for(new_path, kafka, changelog)
-    restore(spark, conf, kafka.bootstrap_servers, new_path, converter="plain")
+    restore(spark, conf, clients(conf, kafka), new_path, converter="plain")
     store = DeltaStore(spark, conf.store, wall_clock=FixedClock(NOW))
     assert {k: e.value for k, e in store.entries().items()} == {
         bytes(r.key): bytes(r.value) for r in spark.read.format("delta").load(table_path)

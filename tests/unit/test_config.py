@@ -7,6 +7,7 @@ import pytest
 from ttl import config
 from ttl.config import CONF_DIR, parse_duration_ms
 from ttl.errors import ConfigError
+from ttl.kafka import KafkaClients
 
 MINIMAL = {
     "store": {"name": "s", "path": "data/s"},
@@ -83,7 +84,7 @@ def test_kafka_security_comes_from_the_environment_for_both_clients(monkeypatch)
     monkeypatch.setenv("T_USER", "alice")
     monkeypatch.setenv("T_PASS", 'p"w\\d')
     monkeypatch.setenv("T_CA", "/etc/ca.pem")
-    kafka = config.from_dict(SASL).kafka
+    kafka = KafkaClients(config.from_dict(SASL).kafka)
     assert kafka.client_config() == {
         "bootstrap.servers": "b1:9096", "security.protocol": "SASL_SSL",
         "sasl.username": "alice", "sasl.password": 'p"w\\d',
@@ -102,9 +103,9 @@ def test_a_missing_secret_variable_is_named(monkeypatch):
         monkeypatch.setenv(var, "x")
     monkeypatch.delenv("T_PASS")
     with pytest.raises(ConfigError, match=r"kafka\.sasl_password_env.*\$T_PASS"):
-        config.from_dict(SASL).kafka.client_config()
+        KafkaClients(config.from_dict(SASL).kafka).client_config()
 
 
 def test_plaintext_kafka_has_no_security_options():
-    options = config.from_dict(MINIMAL).kafka.spark_options("h:1")
+    options = KafkaClients(config.from_dict(MINIMAL).kafka, "h:1").spark_options()
     assert options == {"kafka.bootstrap.servers": "h:1"}

@@ -51,7 +51,8 @@ from ttl.model import (
     parse_engine_int,
     validate,
 )
-from ttl.record import INT64_MAX, INT64_MIN, NO_TIMESTAMP, Entry, InputRecord, Rejection
+from ttl.record import Entry, InputRecord, Rejection
+from ttl.timestamps import INT64_MAX, INT64_MIN, NO_TIMESTAMP
 
 W = BASE_MS  # the wall clock of most examples
 NO_LIMIT = INT64_MAX

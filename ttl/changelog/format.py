@@ -25,15 +25,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from ttl.names import CHANGELOG_ENGINE_HEADERS as ENGINE_HEADERS
+from ttl.names import HEADER_CLOCK as CLOCK
+from ttl.names import HEADER_OP as OP
+from ttl.names import HEADER_STREAM_TIME as STREAM_TIME
+from ttl.names import HEADER_TS as TS
+from ttl.names import HEADER_TTL as TTL
+from ttl.names import HEADER_VERSION as VERSION
 from ttl.record import Headers
-
-TS = "ttl.ts"
-OP = "ttl.op"
-VERSION = "ttl.version"
-STREAM_TIME = "ttl.stream-time"
-TTL = "ttl.ttl"
-CLOCK = "ttl.clock"
-ENGINE_HEADERS = (TS, OP, VERSION, STREAM_TIME, TTL, CLOCK)
 
 Op = Literal["put", "delete", "expire"]
 

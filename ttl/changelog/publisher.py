@@ -26,30 +26,23 @@ from __future__ import annotations
 import json
 import logging
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
+from ttl import delta_log
 from ttl.changelog import format as fmt
-from ttl.changelog.topic import progress_topic
 from ttl.clock import Clock, WallClock
-from ttl.config import ChangelogConfig, KafkaConfig
-from ttl.errors import TtlError
-from ttl.store import commit
+from ttl.config import ChangelogConfig
+from ttl.errors import PublisherFenced
+from ttl.kafka import KafkaClients
+from ttl.names import OP_SWEEP, progress_topic, publisher_transactional_id
 
 log = logging.getLogger(__name__)
 
 PROGRESS_KEY = b"progress"
 _PRESENT = ("insert", "update_postimage")
-
-
-class PublisherFenced(TtlError):
-    """Another publisher of this store started; this one must stop (it is a zombie).
-
-    Operator action: none if a newer job took over; otherwise find the other publisher.
-    """
 
 
 @dataclass
@@ -82,12 +75,9 @@ class PublishResult:
         return max(0, self.table_version - self.published_version)
 
 
-def read_progress(kafka: KafkaConfig, bootstrap: str, topic: str,
-                  timeout: float = 30.0) -> Progress:
+def read_progress(kafka: KafkaClients, topic: str, timeout: float = 30.0) -> Progress:
     """The last committed progress record (``read_committed``), or a fresh ``Progress``."""
-    consumer = Consumer({**kafka.client_config(bootstrap), "group.id": f"ttl-p-{uuid.uuid4()}",
-                         "enable.auto.commit": False, "isolation.level": "read_committed",
-                         "enable.partition.eof": True, "log_level": 3})
+    consumer = kafka.consumer(**{"enable.partition.eof": True})
     try:
         low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout)
         if high <= low:
@@ -116,19 +106,17 @@ def read_progress(kafka: KafkaConfig, bootstrap: str, topic: str,
 class Publisher:
     """Publishes a store's table changes; one live instance per store (fenced)."""
 
-    def __init__(self, spark, table_path: str, store_name: str, kafka: KafkaConfig,
-                 changelog: ChangelogConfig, bootstrap: str, *,
-                 clock: Clock | None = None) -> None:
+    def __init__(self, spark, table_path: str, store_name: str, kafka: KafkaClients,
+                 changelog: ChangelogConfig, *, clock: Clock | None = None) -> None:
         self.spark = spark
         self.path = table_path
         self.store = store_name
-        self.topic = kafka.changelog_topic
-        self.progress_topic = progress_topic(kafka.changelog_topic)
+        self.topic = kafka.conf.changelog_topic
+        self.progress_topic = progress_topic(self.topic)
         self.conf = changelog
         self.clock = clock or WallClock()
-        self.producer = Producer({
-            **kafka.client_config(bootstrap),
-            "transactional.id": f"ttl-{store_name}-changelog",
+        self.producer = kafka.producer(**{
+            "transactional.id": publisher_transactional_id(store_name),
             "partitioner": "murmur2_random",
             "acks": "all",
             "linger.ms": 20,
@@ -136,10 +124,9 @@ class Publisher:
             "queue.buffering.max.messages": 1_000_000,
             "queue.buffering.max.kbytes": 1_048_576,
             "transaction.timeout.ms": changelog.transaction_timeout,
-            "log_level": 3,
         })
         self.producer.init_transactions(60)  # fences any older publisher of this store
-        self.progress = read_progress(kafka, bootstrap, self.progress_topic)
+        self.progress = read_progress(kafka, self.progress_topic)
         log.info("publisher for %s resumes after version %s", store_name, self.progress.version)
 
     def reset_progress(self, version: int, stream_time: int | None, input_offsets: dict) -> None:
@@ -152,9 +139,7 @@ class Publisher:
         self.producer.flush(30)
 
     def table_version(self) -> int:
-        from delta.tables import DeltaTable
-
-        return DeltaTable.forPath(self.spark, self.path).history(1).first()["version"]
+        return delta_log.latest_version(self.spark, self.path)
 
     def publish(self, until: int | None = None) -> PublishResult:
         """Publish every version after the last published one, up to ``until`` (or now)."""
@@ -173,15 +158,6 @@ class Publisher:
                      "%.1f s, lag %s versions", result.published_version, result.records,
                      result.puts, result.tombstones, result.seconds, result.lag_versions)
         return result
-
-    def _metadata(self, start: int, end: int) -> dict[int, dict]:
-        from delta.tables import DeltaTable
-
-        latest = self.table_version()
-        rows = (DeltaTable.forPath(self.spark, self.path).history(latest - start + 1)
-                .where(f"version BETWEEN {start} AND {end}")
-                .select("version", "userMetadata").collect())
-        return {r.version: commit.decode(r.userMetadata) or {} for r in rows}
 
     def _changes(self, start: int, end: int) -> Iterator:
         """Per (version, key) the row that says how the key ends in that version."""
@@ -225,7 +201,7 @@ class Publisher:
             log.warning("could not abort the changelog transaction", exc_info=True)
 
     def _publish_versions(self, start: int, end: int, result: PublishResult) -> None:
-        metadata = self._metadata(start, end)
+        metadata = delta_log.engine_metadata(self.spark, self.path, start, end)
         rows = self._changes(start, end)
         pending = next(rows, None)
         in_txn = 0
@@ -275,7 +251,7 @@ class Publisher:
                             for h in r["headers"] or ())
             return fmt.put(key, bytes(r["value"]), r["ts"], headers, version,
                            self.progress.stream_time, r["record_ttl"])
-        if meta.get("op") == "sweep":
+        if meta.get("op") == OP_SWEEP:
             return fmt.tombstone(key, "expire", version, self.progress.stream_time,
                                  meta.get("clock"))
         if key.hex() in expired:

@@ -18,17 +18,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
-
-from ttl.config import ChangelogConfig, KafkaConfig
+from ttl.config import ChangelogConfig
 from ttl.errors import TopicError
-
-PROGRESS_SUFFIX = "-progress"
-PROP_PARTITIONS = "ttl.changelog.partitions"
-
-
-def progress_topic(changelog_topic: str) -> str:
-    return changelog_topic + PROGRESS_SUFFIX
+from ttl.kafka import KafkaClients
+from ttl.names import PROP_CHANGELOG_PARTITIONS as PROP_PARTITIONS
+from ttl.names import progress_topic
+from ttl.store.layout import set_properties
 
 
 def topic_settings(conf: ChangelogConfig) -> dict[str, str]:
@@ -49,35 +44,11 @@ class TopicState:
     settings: dict[str, str]
 
 
-def _admin(kafka: KafkaConfig, bootstrap: str) -> AdminClient:
-    return AdminClient({**kafka.client_config(bootstrap), "log_level": 3})
-
-
-def watermarks(kafka: KafkaConfig, bootstrap: str,
-               name: str) -> dict[int, tuple[int, int]] | None:
-    """Per partition (first offset, last stable offset), or None if the topic is missing.
-    ``read_committed`` readers stop at the last stable offset: it is where a catch-up or a
-    restore ends, and the difference bounds the records between."""
-    import uuid
-
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({**kafka.client_config(bootstrap), "log_level": 3,
-                         "group.id": f"ttl-offsets-{uuid.uuid4()}",
-                         "isolation.level": "read_committed"})
-    try:
-        meta = consumer.list_topics(name, timeout=30).topics.get(name)
-        if meta is None or meta.error is not None:
-            return None
-        return {p: consumer.get_watermark_offsets(TopicPartition(name, p), timeout=30)
-                for p in meta.partitions}
-    finally:
-        consumer.close()
-
-
-def describe(kafka: KafkaConfig, bootstrap: str, name: str) -> TopicState | None:
+def describe(kafka: KafkaClients, name: str) -> TopicState | None:
     """Partition count and configuration of a topic, or ``None`` if it does not exist."""
-    admin = _admin(kafka, bootstrap)
+    from confluent_kafka.admin import ConfigResource
+
+    admin = kafka.admin()
     metadata = admin.list_topics(topic=name, timeout=30)
     topic = metadata.topics.get(name)
     if topic is None or topic.error is not None:
@@ -87,13 +58,15 @@ def describe(kafka: KafkaConfig, bootstrap: str, name: str) -> TopicState | None
     return TopicState(name, len(topic.partitions), {k: v.value for k, v in configs.items()})
 
 
-def create(kafka: KafkaConfig, changelog: ChangelogConfig, bootstrap: str) -> list[str]:
+def create(kafka: KafkaClients, changelog: ChangelogConfig) -> list[str]:
     """Create the changelog and progress topics if missing; returns the names created."""
-    admin = _admin(kafka, bootstrap)
-    wanted = {kafka.changelog_topic: kafka.changelog_partitions,
-              progress_topic(kafka.changelog_topic): 1}
+    from confluent_kafka.admin import NewTopic
+
+    admin = kafka.admin()
+    name = kafka.conf.changelog_topic
+    wanted = {name: kafka.conf.changelog_partitions, progress_topic(name): 1}
     existing = admin.list_topics(timeout=30).topics
-    new = [NewTopic(name, partitions, kafka.replication_factor,
+    new = [NewTopic(name, partitions, kafka.conf.replication_factor,
                     config=topic_settings(changelog))
            for name, partitions in wanted.items() if name not in existing]
     if new:
@@ -124,13 +97,14 @@ def violations(state: TopicState | None, name: str, expected_partitions: int | N
     return problems
 
 
-def check(kafka: KafkaConfig, bootstrap: str, recorded_partitions: int | None) -> TopicState:
+def check(kafka: KafkaClients, recorded_partitions: int | None) -> TopicState:
     """Refuse (``TopicError``) a changelog or progress topic that breaks a rule."""
     problems = []
-    state = describe(kafka, bootstrap, kafka.changelog_topic)
-    problems += violations(state, kafka.changelog_topic, recorded_partitions)
-    progress = progress_topic(kafka.changelog_topic)
-    problems += violations(describe(kafka, bootstrap, progress), progress, 1)
+    name = kafka.conf.changelog_topic
+    state = describe(kafka, name)
+    problems += violations(state, name, recorded_partitions)
+    progress = progress_topic(name)
+    problems += violations(describe(kafka, progress), progress, 1)
     if problems:
         raise TopicError("; ".join(problems) + ". Operator action: fix the topic (or recreate "
                          "it with `ttl topic create`) before starting a writer.")
@@ -143,17 +117,16 @@ def recorded_partitions(properties: dict[str, str]) -> int | None:
     return int(raw) if raw else None
 
 
-def prepare_for_store(spark, table_path: str, properties: dict[str, str], kafka: KafkaConfig,
-                      bootstrap: str) -> TopicState:
+def prepare_for_store(spark, table_path: str, properties: dict[str, str],
+                      kafka: KafkaClients) -> TopicState:
     """Check the topics before a writer starts; record the partition count on first use.
 
     The count goes into the table (``ttl.changelog.partitions``) the first time a writer
     sees the topic, and from then on a topic with another count is refused.
     """
     recorded = recorded_partitions(properties)
-    state = check(kafka, bootstrap, recorded)
+    state = check(kafka, recorded)
     if recorded is None:
-        spark.sql(f"ALTER TABLE delta.`{table_path}` SET TBLPROPERTIES "
-                  f"('{PROP_PARTITIONS}' = '{state.partitions}')")
+        set_properties(spark, table_path, {PROP_PARTITIONS: str(state.partitions)})
         properties[PROP_PARTITIONS] = str(state.partitions)
     return state

@@ -17,16 +17,11 @@ from ttl.model import (
     validate,
 )
 from ttl.record import Entry, InputRecord, Rejection, ValidRecord
-
-UNION_SCHEMA = (
-    "key binary, value binary, timestamp bigint, "
-    "headers array<struct<key:string,value:binary>>, partition int, offset bigint, "
-    "is_existing boolean, expires_at bigint, record_ttl bigint"
-)
+from ttl.store.layout import HEADERS_TYPE, headers_arrow_type
 
 FOLD_SCHEMA = (
-    "kind string, key binary, value binary, ts bigint, "
-    "headers array<struct<key:string,value:binary>>, expires_at bigint, record_ttl bigint, "
+    f"kind string, key binary, value binary, ts bigint, headers {HEADERS_TYPE}, "
+    "expires_at bigint, record_ttl bigint, "
     "removal_op string, reason string, detail string, partition int, offset bigint, "
     "n_records bigint, n_upserted bigint, n_deleted bigint, n_delete_absent bigint, "
     "n_late_dropped bigint, n_expired_on_arrival bigint, max_ts bigint"
@@ -112,9 +107,8 @@ def _arrow_schema():
     """FOLD_SCHEMA as Arrow types (executors have no SparkSession to parse DDL with)."""
     import pyarrow as pa
 
-    headers = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
     types = {"kind": pa.string(), "key": pa.binary(), "value": pa.binary(), "ts": pa.int64(),
-             "headers": headers, "expires_at": pa.int64(), "record_ttl": pa.int64(),
+             "headers": headers_arrow_type(), "expires_at": pa.int64(), "record_ttl": pa.int64(),
              "removal_op": pa.string(), "reason": pa.string(), "detail": pa.string(),
              "partition": pa.int32(), "offset": pa.int64()}
     return pa.schema([(name, types.get(name, pa.int64())) for name in _FIELDS])

@@ -21,15 +21,22 @@ statistics limited to the BIGINT columns that sweeps and key lookups filter on. 
 
 from __future__ import annotations
 
+from ttl import delta_log
 from ttl.errors import LayoutError
+from ttl.names import PROP_FORMAT, PROP_NAME, PROP_TTL
 
 FORMAT_VERSION = 3
-PROP_FORMAT = "ttl.format.version"
-PROP_NAME = "ttl.store.name"
-PROP_TTL = "ttl.ttl.ms"
-PROP_STREAM_TIME_FLOOR = "ttl.stream_time.floor"
 
+#: The headers schema, everywhere headers are stored or carried (store, dead letters, the
+#: batch fold's rows, restores): order and duplicates kept, null values allowed.
 HEADERS_TYPE = "ARRAY<STRUCT<key: STRING, value: BINARY>>"
+
+
+def headers_arrow_type():
+    """``HEADERS_TYPE`` as an Arrow type (executors have no SparkSession to parse DDL)."""
+    import pyarrow as pa
+
+    return pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
 STORE_COLUMNS = (
     "key BINARY NOT NULL, value BINARY NOT NULL, ts BIGINT NOT NULL, "
@@ -63,10 +70,9 @@ def tblproperties(props: dict[str, str]) -> str:
     return ", ".join(f"'{k}' = '{v}'" for k, v in props.items())
 
 
-def _is_delta(spark, path: str) -> bool:
-    from delta.tables import DeltaTable
-
-    return DeltaTable.isDeltaTable(spark, path)
+def set_properties(spark, path: str, props: dict[str, str]) -> None:
+    """Set table properties in one commit (a metadata-only change)."""
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({tblproperties(props)})")
 
 
 def legacy_version(columns: list[str]) -> int | None:
@@ -86,13 +92,12 @@ def ensure_store_table(spark, path: str, name: str, ttl_ms: int | None, *,
     Idempotent. Raises ``LayoutError`` naming both values when the table was made for
     another layout or TTL (``ttl upgrade`` / ``ttl alter`` change those explicitly).
     """
-    if not _is_delta(spark, path):
+    if not delta_log.is_delta_table(spark, path):
         spark.sql(
             f"CREATE TABLE IF NOT EXISTS delta.`{path}` ({STORE_COLUMNS}) USING delta "
             f"TBLPROPERTIES ({tblproperties(store_properties(name, ttl_ms))})"
         )
-    detail = spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()
-    props = dict(detail["properties"] or {})
+    props = delta_log.properties(spark, path)
     version = props.get(PROP_FORMAT)
     if version is None:
         columns = spark.read.format("delta").load(path).columns

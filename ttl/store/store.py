@@ -13,12 +13,14 @@ import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
+from ttl import delta_log
 from ttl.clock import Clock, ClockKind, StreamTime, WallClock, batch_clock
 from ttl.config import StoreConfig
 from ttl.errors import InvalidRecordError
-from ttl.model import HEADER_TTL, Semantics
+from ttl.model import Semantics
+from ttl.names import HEADER_TS, HEADER_TTL, OP_BATCH, PROP_STREAM_TIME_FLOOR, PROP_TTL
 from ttl.record import Entry, Headers, InputRecord, ValueTimestampHeaders
-from ttl.store import commit, layout
+from ttl.store import layout
 from ttl.store.write import INPUT_SCHEMA, WriteResult, apply_batch
 
 log = logging.getLogger(__name__)
@@ -42,7 +44,7 @@ class DeltaStore:
         self.properties = layout.ensure_store_table(self.spark, self.path, conf.name, conf.ttl,
                                                     check_ttl=check_ttl)
         if not check_ttl:  # the table's TTL rules (``ttl alter`` opens a store this way)
-            raw = self.properties.get(layout.PROP_TTL)
+            raw = self.properties.get(PROP_TTL)
             self.sem = replace(self.sem, ttl=None if raw in (None, "none") else int(raw))
         layout.ensure_dead_letter_table(self.spark, self.dead_letter_path)
         self.stream_time = StreamTime(self.recover_stream_time())
@@ -58,8 +60,12 @@ class DeltaStore:
     # -- stream time and clocks -------------------------------------------------------------
 
     def recover_stream_time(self) -> int | None:
-        floor = self.properties.get(layout.PROP_STREAM_TIME_FLOOR)
-        return commit.recover_stream_time(self.spark, self.path, floor)
+        """The max over every commit's recorded stream time and the table's floor property
+        (which outlives the log's retention)."""
+        floor = self.properties.get(PROP_STREAM_TIME_FLOOR)
+        found = [v for v in (delta_log.max_stream_time(self.spark, self.path),
+                             int(floor) if floor else None) if v is not None]
+        return max(found) if found else None
 
     def now(self) -> int:
         """The store's clock for reads: wall, stream time, or the larger (BRIEF §4)."""
@@ -72,7 +78,7 @@ class DeltaStore:
         """Apply a DataFrame of input records (``INPUT_SCHEMA``) in one store commit."""
         wall = self.wall_clock.now_ms() if wall_ms is None else wall_ms
         t0 = batch_clock(self.clock_kind, wall, self.stream_time.value)
-        meta = {"op": "batch", "store": self.conf.name, "clock": self.clock_kind,
+        meta = {"op": OP_BATCH, "store": self.conf.name, "clock": self.clock_kind,
                 **(metadata or {}), "stream_time": self.stream_time.value}
         result, final = apply_batch(self.spark, self.path, self.dead_letter_path, records,
                                     sem=self.sem, wall_ms=wall, t0=t0, metadata=meta, txn=txn)
@@ -95,7 +101,7 @@ class DeltaStore:
         if ttl_ms is not None:
             headers = (*headers, (HEADER_TTL, str(ttl_ms).encode()))
         self._api_offset += 1
-        return InputRecord(key, value, -1, (("ttl.ts", str(timestamp).encode()), *headers),
+        return InputRecord(key, value, -1, ((HEADER_TS, str(timestamp).encode()), *headers),
                            API_PARTITION, self._api_offset)
 
     def _write_one(self, records: list[InputRecord]) -> WriteResult:

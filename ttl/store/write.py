@@ -22,14 +22,16 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import partial
 
+from ttl import commit, delta_log
 from ttl.model import Counts, Semantics
-from ttl.store import commit
+from ttl.names import PROP_LAST_NOOP_BATCH, PROP_STREAM_TIME_FLOOR
 from ttl.store.fold import FOLD_SCHEMA, fold_partition
+from ttl.store.layout import HEADERS_TYPE, set_properties
 
 INPUT_COLUMNS = ("key", "value", "timestamp", "headers", "partition", "offset")
 INPUT_SCHEMA = (
-    "key binary, value binary, timestamp bigint, "
-    "headers array<struct<key:string,value:binary>>, partition int, offset bigint"
+    f"key binary, value binary, timestamp bigint, headers {HEADERS_TYPE}, partition int, "
+    "offset bigint"
 )
 
 
@@ -45,12 +47,6 @@ class WriteResult:
     version: int | None = None
     applied: bool = True
     rejected_by_reason: Counter = field(default_factory=Counter)
-
-
-def _table_version(spark, path: str) -> int:
-    from delta.tables import DeltaTable
-
-    return DeltaTable.forPath(spark, path).history(1).first()["version"]
 
 
 def _fold(spark, path: str, records, sem: Semantics, wall_ms: int, t0: int):
@@ -160,12 +156,10 @@ def _empty_commit(spark, path: str, meta: dict) -> None:
     """A commit with no data change, so an all-no-op batch still persists its stream time and
     input offsets (Delta makes no commit for an empty append). It also raises the
     ``ttl.stream_time.floor`` property, which outlives the log's retention."""
-    from ttl.store.layout import PROP_STREAM_TIME_FLOOR, tblproperties
-
-    props = {"ttl.last_noop_batch.wall": str(meta["wall"])}
+    props = {PROP_LAST_NOOP_BATCH: str(meta["wall"])}
     if meta.get("stream_time") is not None:
         props[PROP_STREAM_TIME_FLOOR] = str(meta["stream_time"])
-    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({tblproperties(props)})")
+    set_properties(spark, path, props)
 
 
 def apply_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semantics,
@@ -189,13 +183,13 @@ def apply_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
                       "expired_keys": expired_keys}
         if sum(result.rejected_by_reason.values()):
             _write_dead_letters(folded, dead_letter_path, wall_ms, txn)
-        version_before = _table_version(spark, path)
+        version_before = delta_log.latest_version(spark, path)
         with commit.commit_settings(spark, final_meta, txn):
             if result.rows_upserted or result.rows_deleted or result.rows_expired:
                 _merge(spark, path, folded, wall_ms)
             else:
                 _empty_commit(spark, path, final_meta)
-        result.version = _table_version(spark, path)
+        result.version = delta_log.latest_version(spark, path)
         result.applied = result.version != version_before
         return result, final_meta
     finally:

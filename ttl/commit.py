@@ -1,4 +1,4 @@
-"""Commit metadata and session-scoped commit settings.
+"""Commit metadata: what every engine commit says about itself, and how it is attached.
 
 Every engine commit carries a JSON ``userMetadata`` document, atomic with the data::
 
@@ -7,10 +7,7 @@ Every engine commit carries a JSON ``userMetadata`` document, atomic with the da
 
 Batch commits add ``expired_keys`` (hex keys removed as expired-on-arrival, so the changelog
 can tag their tombstones ``ttl.op=expire``) and whatever the caller passes (for example the
-input offsets the batch consumed). Stream time is recovered as the maximum over every commit
-that records it, never from the last one alone (a re-based commit keeps older metadata, and
-``history()`` forgets commits older than the log retention, which the
-``ttl.stream_time.floor`` table property covers).
+input offsets the batch consumed). Reading it back is ``ttl.delta_log``'s job.
 
 MERGE and DELETE take ``userMetadata`` and the idempotent-write ``txnAppId``/``txnVersion``
 only as *session* settings, which stay set after the commit: ``commit_settings`` sets them
@@ -59,18 +56,3 @@ def commit_settings(spark, metadata: dict,
         conf.unset(USER_METADATA)
         conf.unset(TXN_APP_ID)
         conf.unset(TXN_VERSION)
-
-
-def recover_stream_time(spark, path: str, floor: str | None) -> int | None:
-    """Max of the stream time recorded in every commit still in the log, and the floor."""
-    from delta.tables import DeltaTable
-    from pyspark.sql import functions as F
-
-    history = DeltaTable.forPath(spark, path).history().select("userMetadata")
-    value = (
-        history.where(F.get_json_object("userMetadata", "$.ttl") == "1")
-        .select(F.max(F.get_json_object("userMetadata", "$.stream_time").cast("bigint")))
-        .first()[0]
-    )
-    candidates = [v for v in (value, int(floor) if floor else None) if v is not None]
-    return max(candidates) if candidates else None

@@ -13,9 +13,9 @@ import threading
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import Producer
-
 from ttl.clock import Clock, WallClock
+from ttl.kafka import KafkaClients
+from ttl.names import HEADER_TS, HEADER_TTL
 
 
 @dataclass(frozen=True)
@@ -38,25 +38,26 @@ def sample_record(rng: random.Random, spec: SampleSpec, i: int, now_ms: int):
     headers: list[tuple[str, bytes | None]] = [("source", b"sample"), ("trace", None)]
     roll = rng.random()
     if roll < spec.negative:
-        headers.append(("ttl.ts", str(-rng.randrange(1, 10**12)).encode()))
+        headers.append((HEADER_TS, str(-rng.randrange(1, 10**12)).encode()))
     elif roll < spec.negative + spec.out_of_order:
-        headers.append(("ttl.ts", str(now_ms - rng.randrange(1, 10_000)).encode()))
+        headers.append((HEADER_TS, str(now_ms - rng.randrange(1, 10_000)).encode()))
     if rng.random() < spec.record_ttl:
-        headers.append(("ttl.ttl", str(rng.randrange(1_000, 60_000)).encode()))
+        headers.append((HEADER_TTL, str(rng.randrange(1_000, 60_000)).encode()))
     if rng.random() < spec.invalid:
-        headers.append(("ttl.ttl", b"not-a-number"))
+        headers.append((HEADER_TTL, b"not-a-number"))
     if rng.random() < 0.1:
         headers.append(("source", b"duplicate-header"))
     return key, value, headers, now_ms
 
 
-def produce(bootstrap: str, topic: str, spec: SampleSpec, *, clock: Clock | None = None,
-            stop: threading.Event | None = None, client_config: dict | None = None) -> int:
-    """Produce ``spec.records`` records at ``spec.rate``/s; returns how many were sent."""
+def produce(kafka: KafkaClients, spec: SampleSpec, *, clock: Clock | None = None,
+            stop: threading.Event | None = None) -> int:
+    """Produce ``spec.records`` records at ``spec.rate``/s into the profile's input topic;
+    returns how many were sent."""
     clock = clock or WallClock()
     rng = random.Random(spec.seed)
-    producer = Producer({**(client_config or {}), "bootstrap.servers": bootstrap,
-                         "partitioner": "murmur2_random", "linger.ms": 10})
+    topic = kafka.conf.input_topic
+    producer = kafka.producer(**{"partitioner": "murmur2_random", "linger.ms": 10})
     started = time.monotonic()
     sent = 0
     for i in range(spec.records):

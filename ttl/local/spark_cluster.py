@@ -20,7 +20,7 @@ import urllib.request
 from pathlib import Path
 
 from ttl.errors import SetupError
-from ttl.kafka_local import _die_with_parent, free_port
+from ttl.local.process import die_with_parent, free_port
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ class LocalSparkCluster:
         with open(self.dir / f"{name}.log", "ab") as out:  # the child keeps its own copy
             self.processes.append(subprocess.Popen(
                 [str(spark_class), *args], stdout=out, stderr=subprocess.STDOUT, env=env,
-                preexec_fn=_die_with_parent))
+                preexec_fn=die_with_parent))
 
     def _wait_for_workers(self, deadline: float) -> None:
         while time.monotonic() < deadline:

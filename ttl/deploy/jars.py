@@ -27,9 +27,9 @@ try:
 except ImportError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
+from ttl.config import REPO_ROOT
 from ttl.errors import SetupError
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 VERSIONS_FILE = REPO_ROOT / "deploy" / "versions.toml"
 MARKER = ".complete"
 

@@ -27,14 +27,11 @@ from __future__ import annotations
 
 import atexit
 import base64
-import ctypes
 import json
 import logging
 import os
 import secrets
 import shutil
-import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -43,13 +40,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from ttl import jars
-from ttl.config import JAAS_MODULES, jaas_quote
+from ttl.deploy import jars
 from ttl.errors import BrokerError, SetupError
+from ttl.kafka import JAAS_MODULES, jaas_quote
+from ttl.local.process import die_with_parent, free_port
 
 log = logging.getLogger(__name__)
 
-_PR_SET_PDEATHSIG = 1
 _BROKER_USER = "ttl-broker"
 
 _LOG4J2 = """\
@@ -62,18 +59,6 @@ appender.out.layout.pattern = [%d] %p %m (%c)%n
 logger.cleaner.name = kafka.log.LogCleaner
 logger.cleaner.level = INFO
 """
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _die_with_parent() -> None:
-    """Runs in the child before exec: ask the kernel to SIGKILL it when the parent dies."""
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 @dataclass
@@ -262,7 +247,7 @@ class LocalKafka:
         ]
         return subprocess.Popen(
             cmd, stdout=log_to, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent, cwd=node.data_dir,
+            preexec_fn=die_with_parent, cwd=node.data_dir,
         )
 
     def _cluster_id(self) -> str:

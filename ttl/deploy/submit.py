@@ -26,8 +26,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ttl import jars
 from ttl.config import REPO_ROOT, Config, load
+from ttl.deploy import jars
 from ttl.spark import LOG4J2, SPARK_DEFAULTS
 
 

@@ -1,0 +1,315 @@
+"""Assembly: a store's runtime built from its profile, and the commands run on it.
+
+``App`` is the one place that turns a configuration into working parts (Kafka clients, the
+Spark session, the store, the lease, the changelog publisher) and holds the one rule for
+standalone operations (``App.guard``): while another process (the stream) holds the store's
+lease, a sweep, TTL change, restore into the store, upgrade or scheduled job changes
+nothing and says so. Every entry point (the ``ttl`` command line, the ``jobs/`` scripts) is
+one call into a function below, so a job on a laptop and on a cluster differ only by their
+profile. The functions here only sequence; what each step means lives in its own module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from ttl import config, eviction, schedule
+from ttl.clock import Clock
+from ttl.config import Config, parse_duration_ms
+from ttl.errors import ConfigError
+from ttl.kafka import KafkaClients
+from ttl.lease import Lease
+from ttl.names import EMBEDDED
+
+log = logging.getLogger(__name__)
+
+SKIPPED = "skipped: the stream owns the table (lease held by {holder})"
+
+
+class App:
+    """One store's parts, built on first use from its profile."""
+
+    def __init__(self, conf: Config, *, bootstrap: str | None = None, spark=None,
+                 wall_clock: Clock | None = None) -> None:
+        self.conf = conf
+        self.kafka = KafkaClients(conf.kafka, bootstrap or conf.kafka.bootstrap_servers)
+        self.wall_clock = wall_clock
+        self._spark = spark
+        self._stores: dict[bool, object] = {}
+
+    @classmethod
+    def load(cls, path: str | Path, *, bootstrap: str | None = None) -> App:
+        return cls(config.load(path), bootstrap=bootstrap)
+
+    @property
+    def spark(self):
+        if self._spark is None:
+            from ttl.spark import get_session
+
+            self._spark = get_session(self.conf.spark)
+        return self._spark
+
+    def store(self, *, check_ttl: bool = True):
+        """The store (``check_ttl=False``: opened under the table's own TTL, for ``alter``)."""
+        if check_ttl not in self._stores:
+            from ttl.store import DeltaStore
+
+            self._stores[check_ttl] = DeltaStore(
+                self.spark, self.conf.store, clock=self.conf.eviction.clock,
+                wall_clock=self.wall_clock, check_ttl=check_ttl)
+        return self._stores[check_ttl]
+
+    def lease(self, **kwargs) -> Lease:
+        return Lease(self.spark, self.conf.store.path, **kwargs)
+
+    def guard(self) -> str | None:
+        """Whether a standalone operation may write the table now: ``None`` if it may, else
+        the line to print (a stream holds a live lease on the store)."""
+        other = self.lease().held_by_other()
+        return None if other is None else SKIPPED.format(holder=other.holder)
+
+    def check_kafka(self) -> None:
+        """Refuse wrong credentials before Spark starts: seconds, not minutes."""
+        self.kafka.check_access(self.conf.source)
+
+    @property
+    def kafka_reachable(self) -> bool:
+        """The embedded broker runs only inside ``ttl run``; other commands cannot reach it."""
+        return self.kafka.bootstrap != EMBEDDED
+
+    def publisher(self):
+        """Check the changelog topics (refusing a bad one), then start the fenced publisher."""
+        from ttl.changelog import topic
+        from ttl.changelog.publisher import Publisher
+
+        store = self.store()
+        topic.prepare_for_store(store.spark, store.path, store.properties, self.kafka)
+        return Publisher(store.spark, store.path, self.conf.store.name, self.kafka,
+                         self.conf.changelog)
+
+    def publish_now(self) -> str:
+        """Publish the changelog up to the table's version, when the brokers are reachable."""
+        if not self.kafka_reachable:
+            return "changelog: not published now (embedded broker); the next `ttl run` publishes it"
+        publisher = self.publisher()
+        try:
+            result = publisher.publish()
+        finally:
+            publisher.close()
+        return (f"changelog: published {result.records} records up to version "
+                f"{result.published_version}")
+
+
+@contextlib.contextmanager
+def with_kafka(conf: Config, data_dir: Path | None = None) -> Iterator[App]:
+    """An ``App`` whose brokers are up: the configured ones, or the embedded local broker
+    (started here, stopped on exit: the only place the product starts local tooling)."""
+    if not conf.kafka.embedded:
+        yield App(conf)
+        return
+    from ttl.local.kafka import LocalKafka
+
+    base = Path(data_dir or Path(conf.store.path).parent)
+    with LocalKafka(base / "kafka") as broker:
+        yield App(conf, bootstrap=broker.bootstrap_servers)
+
+
+def _parse_ttl(raw: str | None) -> int | None:
+    try:
+        return None if raw in (None, "none") else parse_duration_ms(raw)
+    except ValueError as exc:
+        raise ConfigError(f"--ttl: {exc}") from None
+
+
+# -- the streaming job ---------------------------------------------------------------------
+
+def ensure_input_topic(app: App, *, create: bool) -> int:
+    """Partition count of the input topic; create it (embedded profile) or fail naming it."""
+    k = app.conf.kafka
+    found = app.kafka.partitions(k.input_topic)
+    if found is not None:
+        return found
+    if not create:
+        raise ConfigError(f"{app.conf.source}: kafka.input_topic = {k.input_topic!r} does not "
+                          f"exist on {app.kafka.bootstrap}")
+    app.kafka.create_topic(k.input_topic, k.input_partitions)
+    return k.input_partitions
+
+
+def run(conf: Config, *, available_now: bool = False, demo_seconds: int | None = None) -> str:
+    """``ttl run``: start everything the profile names, run the stream, return the summary.
+
+    With ``demo_seconds`` (the embedded default) a sample producer feeds the input topic and
+    the job stops itself after that many seconds.
+    """
+    from ttl.changelog import topic
+    from ttl.stream import StreamJob
+
+    with with_kafka(conf) as app:
+        app.check_kafka()
+        ensure_input_topic(app, create=conf.kafka.embedded)
+        if conf.kafka.embedded:
+            topic.create(app.kafka, conf.changelog)
+        store = app.store()
+        lease = app.lease(duration_ms=conf.eviction.lease, holder=f"stream:{conf.store.name}")
+        job = StreamJob(conf, app.spark, store, app.kafka, app.publisher(), lease)
+        feeder = _demo_feeder(app, job, demo_seconds) if demo_seconds else None
+        job.run(available_now=available_now)
+        if feeder is not None:
+            feeder.join(timeout=30)
+        live = store.live_frame().count()
+        return (f"summary: {job.summary.line()} live_entries={live} "
+                f"stream_time={store.stream_time.value}")
+
+
+def _demo_feeder(app: App, job, seconds: int) -> threading.Thread:
+    from ttl.local import sample
+
+    spec = sample.SampleSpec(records=int(seconds * 25), rate=50.0)
+    feeder = threading.Thread(target=sample.produce, daemon=True, args=(app.kafka, spec),
+                              kwargs={"stop": job.stopping})
+    feeder.start()
+    threading.Timer(seconds, job.stop).start()
+    log.info("demo: feeding %d sample records over %d s into %s", spec.records,
+             spec.records // 50, app.conf.kafka.input_topic)
+    return feeder
+
+
+# -- standalone operations -----------------------------------------------------------------
+
+def evict(app: App, clock: str, now_ms: int | None, dry_run: bool,
+          proposed_ttl: str | None = None) -> str:
+    """``ttl evict``: one sweep (or a dry run), then publish its tombstones."""
+    ttl = _parse_ttl(proposed_ttl)
+    store = app.store()
+    if dry_run and proposed_ttl is not None:
+        return (f"dry run: a store TTL of {proposed_ttl} would evict "
+                f"{eviction.would_evict(store, ttl, now_ms)} entries now")
+    if not dry_run and (skipped := app.guard()) is not None:
+        return skipped
+    result = eviction.sweep(store, clock, now_ms, dry_run=dry_run)  # type: ignore[arg-type]
+    lines = [result.summary()]
+    if result.sample_keys:
+        lines.append(f"sample keys: {[k.decode(errors='replace') for k in result.sample_keys]}")
+    if not dry_run and not result.skipped:
+        lines.append(app.publish_now())
+    return "\n".join(lines)
+
+
+def alter(app: App, new_ttl: str, dry_run: bool) -> str:
+    """``ttl alter``: change the store TTL (expires_at recomputed in one published commit)."""
+    ttl = _parse_ttl(new_ttl)
+    store = app.store(check_ttl=False)
+    if not dry_run and (skipped := app.guard()) is not None:
+        return skipped
+    result = eviction.alter_ttl(store, ttl, dry_run=dry_run)
+    head = "dry run: " if dry_run else ""
+    text = (f"{head}TTL {result.old_ttl} ms -> {result.new_ttl} ms; entries the new TTL "
+            f"evicts now: {result.would_evict_now}")
+    if not dry_run:
+        text += (f"\nexpires_at recomputed in version {result.version}; set store.ttl = "
+                 f"{new_ttl!r} in {app.conf.source}")
+        text += "\n" + app.publish_now()
+    return text
+
+
+def status(app: App) -> dict[str, object]:
+    """``ttl status``."""
+    from ttl import status as status_mod
+
+    return status_mod.status(app.store(), app.lease(),
+                             app.kafka if app.kafka_reachable else None)
+
+
+def schedule_daemon(app: App) -> None:
+    """``ttl schedule``: sweeps, maintenance and drills until SIGTERM; skips (each run)
+    while a stream owns the table."""
+    publisher = app.publisher() if app.kafka_reachable else None
+    jobs = schedule.StoreJobs(app.store(), app.conf,
+                              publish=publisher.publish if publisher else None,
+                              guard=app.guard)
+    extra = {}
+    if app.conf.drill.interval and publisher is not None:
+        from apscheduler.triggers.interval import IntervalTrigger
+
+        def scheduled_drill() -> None:
+            try:
+                report = drill(app)
+                (log.info if report.match else log.error)("%s", report.summary())
+            except Exception:  # noqa: BLE001 - logged; the next tick tries again
+                log.exception("restore drill failed")
+
+        extra["drill"] = (scheduled_drill,
+                          IntervalTrigger(seconds=app.conf.drill.interval / 1000))
+    try:
+        schedule.run_daemon(app.conf, jobs, extra=extra)
+    finally:
+        if publisher is not None:
+            publisher.close()
+
+
+def restore(app: App, *, target: str | None = None, until_version: int | None = None,
+            until_offsets: dict[int, int] | None = None, converter: str = "engine",
+            source_topic: str | None = None, sweep_after: bool = True) -> str:
+    """``ttl restore``: rebuild a table from the changelog.
+
+    Into the store's own table (disaster recovery, the default): refused under a live
+    stream lease; then ``restore.finish_recovery`` sweeps and moves the publisher's progress.
+    """
+    from ttl import restore as restore_mod
+
+    app.check_kafka()
+    conf = app.conf
+    into_store = target is None or target == conf.store.path
+    path = conf.store.path if into_store else target
+    if into_store and (skipped := app.guard()) is not None:
+        return skipped
+    result = restore_mod.restore(app.spark, conf, app.kafka, path, converter=converter,
+                                 until_version=until_version, until_offsets=until_offsets,
+                                 source_topic=source_topic)
+    lines = [result.summary()]
+    if into_store and sweep_after:
+        publisher = app.publisher()
+        try:
+            lines += restore_mod.finish_recovery(result, app.store(), publisher,
+                                                 conf.eviction.clock)
+        finally:
+            publisher.close()
+    return "\n".join(lines)
+
+
+def drill(app: App, report_path: Path | None = None, source_topic: str | None = None):
+    """``ttl drill``: restore into scratch and diff with the table at the published version."""
+    from ttl import drill as drill_mod
+
+    app.check_kafka()
+    return drill_mod.run(app.spark, app.conf, app.kafka, report_path=report_path,
+                         source_topic=source_topic)
+
+
+def upgrade(app: App, rollback: bool) -> str:
+    """``ttl upgrade``: format v1/v2 -> v3 in place (resumable), or roll it back."""
+    from ttl import upgrade as upgrade_mod
+
+    if (skipped := app.guard()) is not None:
+        return skipped
+    action = upgrade_mod.rollback if rollback else upgrade_mod.upgrade_in_place
+    return action(app.spark, app.conf)
+
+
+def create_topics(app: App) -> list[str]:
+    """``ttl topic create``: the changelog and progress topics, if missing."""
+    from ttl.changelog import topic
+
+    return topic.create(app.kafka, app.conf.changelog)
+
+
+def check_topics(app: App):
+    """``ttl topic check``: refuse a changelog or progress topic that breaks a rule."""
+    from ttl.changelog import topic
+
+    return topic.check(app.kafka, None)

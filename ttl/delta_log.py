@@ -1,0 +1,166 @@
+"""The one reader of a table's Delta log: versions, commits and their engine metadata, table
+properties, and the conflicts Delta's optimistic concurrency raises (with the retry helper).
+
+Why one module: the log is read for different reasons (the publisher's metadata, stream time
+recovery, a sweep's outcome, status, restore's resume point) and each used to do it its own
+way. Here every read has one implementation, so making one cheaper (issue: the hot path) or
+correct under log retention is one change. No other module calls ``history()``.
+
+Commits made by the engine carry a JSON ``userMetadata`` document (``ttl.commit``);
+``Commit.metadata`` is that document, or ``None`` for a commit made by anyone else (an
+operator's SQL, OPTIMIZE, another engine).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from ttl import commit
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+RETRIES = 5
+BACKOFF_S = 0.5
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One version of a table as its log tells it."""
+
+    version: int
+    timestamp_s: float  # commit time, epoch seconds
+    operation: str
+    metadata: dict | None  # the engine's userMetadata, None for others' commits
+    metrics: dict[str, str] = field(default_factory=dict)  # Delta's operationMetrics
+
+    def metric(self, name: str, default: int = 0) -> int:
+        raw = self.metrics.get(name)
+        return default if raw is None else int(raw)
+
+
+def _history(spark, path: str, limit: int | None = None):
+    from delta.tables import DeltaTable
+
+    table = DeltaTable.forPath(spark, path)
+    return table.history(limit) if limit else table.history()
+
+
+def _commit(row) -> Commit:
+    return Commit(row.version, row.timestamp.timestamp(), row.operation,
+                  commit.decode(row.userMetadata), dict(row.operationMetrics or {}))
+
+
+def _meta(key: str):
+    from pyspark.sql import functions as F
+
+    return F.get_json_object("userMetadata", f"$.{key}")
+
+
+def is_delta_table(spark, path: str) -> bool:
+    from delta.tables import DeltaTable
+
+    return DeltaTable.isDeltaTable(spark, path)
+
+
+def latest_version(spark, path: str) -> int:
+    """The table's current version."""
+    return _history(spark, path, 1).first()["version"]
+
+
+def latest_commit(spark, path: str) -> Commit:
+    """The table's current version with its metadata and metrics."""
+    return _commit(_history(spark, path, 1).first())
+
+
+def commit_at(spark, path: str, version: int) -> Commit | None:
+    """The commit that made ``version`` (``None`` if the log no longer has it)."""
+    from pyspark.sql import functions as F
+
+    latest = latest_version(spark, path)
+    if version > latest:
+        return None
+    row = (_history(spark, path, latest - version + 1).where(F.col("version") == version)
+           .first())
+    return None if row is None else _commit(row)
+
+
+def engine_metadata(spark, path: str, start: int, end: int) -> dict[int, dict]:
+    """Per version in ``[start, end]``, the engine's metadata (``{}`` for others' commits)."""
+    latest = latest_version(spark, path)
+    rows = (_history(spark, path, max(1, latest - start + 1))
+            .where(f"version BETWEEN {int(start)} AND {int(end)}")
+            .select("version", "userMetadata").collect())
+    return {r.version: commit.decode(r.userMetadata) or {} for r in rows}
+
+
+def last_engine_commit(spark, path: str, *, op: str | None = None,
+                       having: str | None = None) -> Commit | None:
+    """The latest engine commit with ``op`` and/or a non-empty metadata key ``having``."""
+    from pyspark.sql import functions as F
+
+    cond = _meta("ttl") == "1"
+    if op is not None:
+        cond = cond & (_meta("op") == op)
+    if having is not None:
+        cond = cond & _meta(having).isNotNull() & (_meta(having) != "{}")
+    row = (_history(spark, path).where(cond).orderBy(F.col("version").desc()).limit(1)
+           .first())
+    return None if row is None else _commit(row)
+
+
+def find_commit(spark, path: str, *, op: str, key: str, value: str,
+                within: int = 50) -> Commit | None:
+    """The engine commit with ``op`` whose metadata says ``key = value`` (e.g. a sweep by its
+    id), among the last ``within`` versions; ``None`` if Delta made no commit for it."""
+    cond = (_meta("ttl") == "1") & (_meta("op") == op) & (_meta(key) == value)
+    row = _history(spark, path, within).where(cond).first()
+    return None if row is None else _commit(row)
+
+
+def max_stream_time(spark, path: str) -> int | None:
+    """The largest stream time recorded by any engine commit still in the log (stream time
+    is recovered as a maximum, never from one commit: a re-based commit keeps older
+    metadata, and the log forgets commits older than its retention)."""
+    from pyspark.sql import functions as F
+
+    return (_history(spark, path).where(_meta("ttl") == "1")
+            .select(F.max(_meta("stream_time").cast("bigint"))).first()[0])
+
+
+def properties(spark, path: str) -> dict[str, str]:
+    """The table's properties (its current metadata)."""
+    return dict(spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()["properties"] or {})
+
+
+# -- conflicts -----------------------------------------------------------------------------
+
+def conflicts() -> tuple[type[BaseException], ...]:
+    """Delta's typed conflict exceptions: another commit won the race; the whole operation
+    may be run again (each is re-planned against the new version)."""
+    from delta import exceptions as ex
+
+    return (ex.ConcurrentAppendException, ex.ConcurrentDeleteReadException,
+            ex.ConcurrentDeleteDeleteException, ex.ConcurrentTransactionException,
+            ex.MetadataChangedException, ex.ProtocolChangedException)
+
+
+def retrying(action: Callable[[], T], *, what: str, retries: int = RETRIES,
+             backoff_s: float = BACKOFF_S) -> tuple[T, int]:
+    """Run ``action`` again after a Delta conflict, with bounded exponential backoff;
+    returns its result and the number of retries it took."""
+    for attempt in range(retries + 1):
+        try:
+            return action(), attempt
+        except conflicts() as exc:
+            if attempt == retries:
+                raise
+            log.warning("%s conflicted with a concurrent commit (%s); retry %d/%d", what,
+                        type(exc).__name__, attempt + 1, retries)
+            time.sleep(backoff_s * 2**attempt)
+    raise AssertionError("unreachable")

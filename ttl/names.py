@@ -1,0 +1,81 @@
+"""Every name that more than one module (or a reader outside the engine) relies on.
+
+A name here is part of a contract: engine headers are read by restores and by users'
+consumers, table properties by other engines and by older/newer versions of this one,
+commit ops by the publisher and status, sibling suffixes by operators finding tables. They
+are written once so a rename is one edit, and so ``grep`` finds every user.
+"""
+
+from __future__ import annotations
+
+# -- engine headers (BRIEF §3 input, §5 changelog) -------------------------------------------
+
+ENGINE_PREFIX = "ttl."
+HEADER_TS = "ttl.ts"  # exact event time, ASCII decimal (input and changelog)
+HEADER_TTL = "ttl.ttl"  # per-record TTL in ms (input and changelog)
+HEADER_OP = "ttl.op"  # changelog: put | delete | expire
+HEADER_VERSION = "ttl.version"  # changelog: the Delta version the record comes from
+HEADER_STREAM_TIME = "ttl.stream-time"  # changelog: stream time at that version, or "none"
+HEADER_CLOCK = "ttl.clock"  # changelog expiries: wall | stream
+
+INPUT_ENGINE_HEADERS = (HEADER_TS, HEADER_TTL)
+CHANGELOG_ENGINE_HEADERS = (HEADER_TS, HEADER_OP, HEADER_VERSION, HEADER_STREAM_TIME,
+                            HEADER_TTL, HEADER_CLOCK)
+
+# -- store table properties (BRIEF §2) -------------------------------------------------------
+
+PROP_FORMAT = "ttl.format.version"
+PROP_NAME = "ttl.store.name"
+PROP_TTL = "ttl.ttl.ms"  # the store TTL in ms, or "none"
+PROP_STREAM_TIME_FLOOR = "ttl.stream_time.floor"  # outlives the log's retention
+PROP_CHANGELOG_PARTITIONS = "ttl.changelog.partitions"  # a change would move keys
+PROP_UPGRADE_FROM = "ttl.upgrade.from_version"  # the rollback point of an in-place upgrade
+PROP_LAST_NOOP_BATCH = "ttl.last_noop_batch.wall"  # the commit of a batch that changed no row
+
+# -- commit metadata ops (``userMetadata.op`` of the engine's commits) -----------------------
+
+OP_BATCH = "batch"
+OP_SWEEP = "sweep"
+OP_ALTER = "alter"
+OP_RESTORE = "restore"
+
+# -- sibling tables and topics ---------------------------------------------------------------
+
+LEASE_SUFFIX = "_lease"
+DEAD_LETTERS_SUFFIX = "_dead_letters"
+DRILLS_SUFFIX = "_drills"
+PROGRESS_TOPIC_SUFFIX = "-progress"
+
+
+def sibling(store_path: str, suffix: str) -> str:
+    """The path of a table kept beside the store's (``<store path><suffix>``)."""
+    return store_path.rstrip("/") + suffix
+
+
+def progress_topic(changelog_topic: str) -> str:
+    """The topic holding the publisher's progress, next to the changelog."""
+    return changelog_topic + PROGRESS_TOPIC_SUFFIX
+
+
+# -- identities in Kafka and Delta -----------------------------------------------------------
+
+#: ``kafka.bootstrap_servers`` value that starts the local broker (``ttl.local.kafka``).
+EMBEDDED = "embedded"
+
+
+def publisher_transactional_id(store: str) -> str:
+    """Fixed per store, so a restarted publisher fences a zombie (BRIEF §5)."""
+    return f"ttl-{store}-changelog"
+
+
+def batch_txn_app_id(store: str, query_id: str) -> str:
+    """Delta's idempotent-write app id of a stream's batches (the batch id is the version)."""
+    return f"ttl:{store}:batch:{query_id}"
+
+
+def query_name(store: str) -> str:
+    return f"ttl-{store}"
+
+
+#: Logger of the per-batch JSON lines (README: ``ttl.batch``).
+BATCH_LOGGER = "ttl.batch"
