@@ -264,7 +264,7 @@ def run() -> None:
     try:
         main(standalone_mode=True)
     except TtlError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {exc.operator_message()}", err=True)
         sys.exit(2)
 
 

@@ -1,9 +1,9 @@
 """Every exception the engine raises on purpose, in one family.
 
-A fatal error says what the operator should do ("Operator action: ..." in its docstring, and
-the message names the exact setting, argument, file or topic involved). ``ttl``'s command
-line prints a ``TtlError`` as one line and exits 2; anything else is a bug and keeps its
-traceback.
+A fatal error says what the operator should do: each class carries an ``action``, and
+``ttl``'s command line prints ``operator_message()`` (the message, naming the exact setting,
+argument, file or topic, then the action) as one line and exits 2. Anything that is not a
+``TtlError`` is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -12,55 +12,72 @@ from __future__ import annotations
 class TtlError(Exception):
     """Base of every error the engine raises on purpose."""
 
+    action: str | None = None
+
+    def operator_message(self) -> str:
+        """The message, then the operator action unless the message already says it."""
+        text = str(self)
+        if self.action and "Operator action" not in text:
+            text = f"{text.rstrip('.')}. Operator action: {self.action}"
+        return text
+
 
 class SetupError(TtlError):
-    """The machine lacks something the engine needs (jars, Java, Maven).
+    """The machine lacks something the engine needs (jars, Java, Maven)."""
 
-    Operator action: run `make setup` (or `ttl setup`).
-    """
+    action = "run `make setup` (or `ttl setup`)."
 
 
 class ConfigError(TtlError):
-    """Bad configuration. Operator action: fix the named setting in the named file."""
+    """Bad configuration or a bad command-line argument."""
+
+    action = "fix the named setting in the named file (or the named argument)."
 
 
 class BrokerError(TtlError):
-    """The local Kafka broker failed to start or answer. Operator action: read its server.log."""
+    """The local Kafka broker failed to start or answer."""
+
+    action = "read the broker's server.log in its data directory."
 
 
 class KafkaAccessDenied(TtlError):
-    """The brokers refused the configured credentials. Operator action: fix the values of
-    the environment variables named by ``kafka.sasl_username_env``/``sasl_password_env``."""
+    """The brokers refused the configured credentials."""
+
+    action = ("fix the values of the environment variables named by "
+              "kafka.sasl_username_env and kafka.sasl_password_env.")
 
 
 class LayoutError(TtlError):
-    """A table's layout or settings differ from the configuration (names both values).
+    """A table's layout or settings differ from the configuration (names both values)."""
 
-    Operator action: run `ttl upgrade` for an older layout, `ttl alter` for another TTL.
-    """
+    action = ("run `ttl upgrade` for an older layout or `ttl alter --ttl` for another TTL, "
+              "or fix the profile.")
 
 
 class TopicError(TtlError):
-    """A changelog topic breaks a rule (BRIEF §5). Operator action: fix the named topic setting."""
+    """A changelog topic breaks a rule (BRIEF §5)."""
+
+    action = "fix the named topic setting (or recreate the topic with `ttl topic create`)."
 
 
 class StreamOwned(TtlError):
-    """Another stream job holds the store's lease. Operator action: stop that job first (the
-    message names its holder), or wait one ``eviction.lease`` after it died."""
+    """Another stream job holds the store's lease."""
+
+    action = "stop the job named as the holder, or wait one eviction.lease after it died."
 
 
 class PublisherFenced(TtlError):
-    """Another publisher of this store started; this one must stop (it is a zombie).
+    """Another publisher of this store started; this one must stop (it is a zombie)."""
 
-    Operator action: none if a newer job took over; otherwise find and stop the other
-    process publishing this store's changelog.
-    """
+    action = ("none if a newer job took over this store; otherwise find and stop the other "
+              "process publishing its changelog.")
 
 
 class RestoreError(TtlError):
-    """The changelog cannot be restored as asked. Operator action: the message names the
-    topic, partition, key or argument to fix (a wrong topic, a repartitioned changelog, an
-    offset outside the topic)."""
+    """The changelog cannot be restored as asked; nothing was changed."""
+
+    action = ("fix what the message names (the topic, a repartitioned changelog, an "
+              "argument) and run the restore again.")
 
 
 class InvalidRecordError(TtlError):

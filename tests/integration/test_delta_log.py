@@ -1,0 +1,81 @@
+"""``ttl.delta_log`` (the one reader of the log), ``ttl.timestamps`` (saturating expiry in
+Python and as a Spark column, held to each other) and ``ttl status`` built on them."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.test_eviction import make_store, recs
+from ttl import app, commit, delta_log, eviction
+from ttl.clock import FixedClock
+from ttl.config import from_dict
+from ttl.names import OP_SWEEP
+from ttl.timestamps import INT64_MAX, INT64_MIN, expiry, expiry_column
+
+pytestmark = pytest.mark.integration
+
+NOW = 1_700_000_000_000
+
+
+def test_expiry_column_equals_the_python_rule_at_the_int64_edges(spark):
+    cases = [(ts, ttl) for ts in (INT64_MIN, INT64_MIN + 1, -1, 0, NOW, INT64_MAX - 1_000,
+                                  INT64_MAX - 1, INT64_MAX)
+             for ttl in (None, 1, 1_000, 86_400_000, INT64_MAX)]
+    frame = spark.createDataFrame(cases, "ts bigint, ttl bigint")
+    got = {(r.ts, r.ttl): r.e for r in
+           frame.select("ts", "ttl", expiry_column("ts", "ttl").alias("e")).collect()}
+    assert got == {(ts, ttl): expiry(ts, ttl) for ts, ttl in cases}
+    assert got[(INT64_MAX - 1_000, 86_400_000)] == INT64_MAX  # saturates, never wraps
+
+
+def test_log_reads_find_engine_commits_by_op_and_exact_id_and_skip_others(spark, table_path):
+    store = make_store(spark, table_path, ttl=1_000)
+    store.apply_records(recs((b"a", b"v", NOW - 500), (b"b", b"v", NOW)),
+                        metadata={"input_offsets": {"0": 2}})
+    first = eviction.sweep(store, "wall", NOW + 600)
+    spark.sql(f"UPDATE delta.`{table_path}` SET value = X'00' WHERE key = X'62'")  # operator
+    second = eviction.sweep(store, "wall", NOW + 10_000)
+    latest = delta_log.latest_version(spark, table_path)
+    assert latest == second.version and first.version < latest
+    assert (first.evicted, second.evicted) == (1, 1)
+    # by op: the latest sweep, never the operator's UPDATE in between
+    found = delta_log.last_engine_commit(spark, table_path, op=OP_SWEEP)
+    assert found.version == second.version and found.metadata["t"] == NOW + 10_000
+    assert found.metric("numDeletedRows") == 1
+    # by exact id: a prefix of the id matches nothing (the old substring search would)
+    by_id = delta_log.find_commit(spark, table_path, op=OP_SWEEP, key="sweep_id",
+                                  value=first.sweep_id)
+    assert by_id.version == first.version
+    assert delta_log.find_commit(spark, table_path, op=OP_SWEEP, key="sweep_id",
+                                 value=first.sweep_id[:8]) is None
+    # a metadata key: the batch's recorded input offsets
+    offsets = delta_log.last_engine_commit(spark, table_path, having="input_offsets")
+    assert offsets.metadata["input_offsets"] == {"0": 2}
+    # others' commits carry no engine metadata
+    meta = delta_log.engine_metadata(spark, table_path, 0, latest)
+    assert meta[second.version - 1] == {} and meta[first.version]["op"] == OP_SWEEP
+    assert delta_log.commit_at(spark, table_path, second.version - 1).operation == "UPDATE"
+    assert delta_log.commit_at(spark, table_path, latest + 1) is None
+    assert delta_log.max_stream_time(spark, table_path) == NOW
+    assert commit.decode("not json") is None
+
+
+def test_status_reports_entries_sweeps_lease_and_dead_letters(spark, table_path):
+    conf = from_dict({"store": {"name": "ev", "path": table_path, "ttl": "1s"},
+                      "kafka": {"input_topic": "x", "changelog_topic": "y"},
+                      "stream": {"checkpoint": "unused"}})
+    wall = FixedClock(NOW)
+    store = make_store(spark, table_path, ttl=1_000, wall=wall)
+    store.apply_records(recs((b"gone", b"v", NOW - 800), (b"due", b"v", NOW - 300),
+                             (b"live", b"v", NOW), (b"bad", b"v", NOW, (("ttl.ttl", b"x"),))))
+    wall.set(NOW + 500)
+    eviction.sweep(store, "wall")  # removes "gone" (expired at NOW + 200)
+    wall.set(NOW + 800)  # "due" expired at NOW + 700, not swept yet
+    runtime = app.App(conf, spark=spark, wall_clock=store.wall_clock)
+    out = app.status(runtime)
+    assert out["live entries"] == 1 and out["expired, not yet swept"] == 1
+    assert out["dead letters"] == 1 and out["lease"] == "free"
+    assert out["stream time"] == NOW
+    assert out["last sweep"]["evicted"] == 1 and out["last sweep"]["t"] == NOW + 500
+    assert out["table version"] == out["last sweep"]["version"]
+    assert out["changelog lag (versions)"].startswith("unknown")  # embedded: not running

@@ -1,0 +1,51 @@
+"""Where a micro-batch's time goes: seconds per phase and the Spark jobs it ran.
+
+Every batch is timed the same way (read, lookup, fold, write, publish, sweep, ...), and its
+Spark jobs are tagged with a job group of their own, so the batch log line can say how many
+jobs the batch needed: the first thing to look at when a batch is slow, and the figure the
+hot-path work is measured by. Phases nest freely; a phase entered twice adds up.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+class BatchPhases:
+    """Timers for one batch; ``with phases.phase("write"): ...``."""
+
+    def __init__(self, spark=None) -> None:
+        self.started = time.monotonic()
+        self.seconds: dict[str, float] = {}
+        self._sc = spark.sparkContext if spark is not None else None
+        self._group = f"ttl-batch-{uuid.uuid4().hex}"
+        if self._sc is not None:
+            self._sc.setJobGroup(self._group, "ttl batch", interruptOnCancel=False)
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        began = time.monotonic()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.monotonic() - began
+
+    def spark_jobs(self) -> int | None:
+        """Spark jobs started by this thread since the batch began (``None`` without Spark)."""
+        if self._sc is None:
+            return None
+        return len(self._sc.statusTracker().getJobIdsForGroup(self._group))
+
+    def close(self) -> None:
+        """Stop tagging this thread's jobs with the batch's group."""
+        if self._sc is not None:
+            self._sc.setLocalProperty("spark.jobGroup.id", None)
+            self._sc.setLocalProperty("spark.job.description", None)
+
+    def as_dict(self) -> dict[str, float]:
+        out = {k: round(v, 3) for k, v in self.seconds.items()}
+        out["total"] = round(time.monotonic() - self.started, 3)
+        return out
