@@ -40,6 +40,7 @@ class App:
         self.wall_clock = wall_clock
         self._spark = spark
         self._stores: dict[bool, object] = {}
+        self._guard_lease: Lease | None = None
 
     @classmethod
     def load(cls, path: str | Path, *, bootstrap: str | None = None) -> App:
@@ -69,7 +70,9 @@ class App:
     def guard(self) -> str | None:
         """Whether a standalone operation may write the table now: ``None`` if it may, else
         the line to print (a stream holds a live lease on the store)."""
-        other = self.lease().held_by_other()
+        if self._guard_lease is None:  # one per App: the daemon asks at every tick
+            self._guard_lease = self.lease()
+        other = self._guard_lease.held_by_other()
         return None if other is None else SKIPPED.format(holder=other.holder)
 
     def check_kafka(self) -> None:
@@ -81,21 +84,22 @@ class App:
         """The embedded broker runs only inside ``ttl run``; other commands cannot reach it."""
         return self.kafka.bootstrap != EMBEDDED
 
-    def publisher(self):
-        """Check the changelog topics (refusing a bad one), then start the fenced publisher."""
+    def publisher(self, store=None):
+        """Check the changelog topics (refusing a bad one), then start the fenced publisher
+        (of ``store``, default the checked store)."""
         from ttl.changelog import topic
         from ttl.changelog.publisher import Publisher
 
-        store = self.store()
+        store = store or self.store()
         topic.prepare_for_store(store.spark, store.path, store.properties, self.kafka)
         return Publisher(store.spark, store.path, self.conf.store.name, self.kafka,
                          self.conf.changelog)
 
-    def publish_now(self) -> str:
+    def publish_now(self, store=None) -> str:
         """Publish the changelog up to the table's version, when the brokers are reachable."""
         if not self.kafka_reachable:
             return "changelog: not published now (embedded broker); the next `ttl run` publishes it"
-        publisher = self.publisher()
+        publisher = self.publisher(store)
         try:
             result = publisher.publish()
         finally:
@@ -173,7 +177,12 @@ def _demo_feeder(app: App, job, seconds: int) -> threading.Thread:
     feeder = threading.Thread(target=sample.produce, daemon=True, args=(app.kafka, spec),
                               kwargs={"stop": job.stopping})
     feeder.start()
-    threading.Timer(seconds, job.stop).start()
+
+    def stop_later() -> None:  # the demo runs this long once the query is up
+        job.query_started.wait()
+        threading.Timer(seconds, job.stop).start()
+
+    threading.Thread(target=stop_later, daemon=True).start()
     log.info("demo: feeding %d sample records over %d s into %s", spec.records,
              spec.records // 50, app.conf.kafka.input_topic)
     return feeder
@@ -184,9 +193,9 @@ def _demo_feeder(app: App, job, seconds: int) -> threading.Thread:
 def evict(app: App, clock: str, now_ms: int | None, dry_run: bool,
           proposed_ttl: str | None = None) -> str:
     """``ttl evict``: one sweep (or a dry run), then publish its tombstones."""
-    ttl = _parse_ttl(proposed_ttl)
     store = app.store()
     if dry_run and proposed_ttl is not None:
+        ttl = _parse_ttl(proposed_ttl)
         return (f"dry run: a store TTL of {proposed_ttl} would evict "
                 f"{eviction.would_evict(store, ttl, now_ms)} entries now")
     if not dry_run and (skipped := app.guard()) is not None:
@@ -213,7 +222,7 @@ def alter(app: App, new_ttl: str, dry_run: bool) -> str:
     if not dry_run:
         text += (f"\nexpires_at recomputed in version {result.version}; set store.ttl = "
                  f"{new_ttl!r} in {app.conf.source}")
-        text += "\n" + app.publish_now()
+        text += "\n" + app.publish_now(store)  # the new TTL differs from the profile's
     return text
 
 

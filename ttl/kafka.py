@@ -131,14 +131,16 @@ class KafkaClients:
 
     def partitions(self, topic: str) -> int | None:
         """The topic's partition count, or ``None`` if it does not exist."""
-        found = self.admin().list_topics(timeout=30).topics.get(topic)
+        admin = self.admin()
+        found = admin.list_topics(timeout=30).topics.get(topic)
         return None if found is None or found.error is not None else len(found.partitions)
 
     def create_topic(self, topic: str, partitions: int, config: dict | None = None) -> None:
         from confluent_kafka.admin import NewTopic
 
         new = NewTopic(topic, partitions, self.conf.replication_factor, config=config or {})
-        self.admin().create_topics([new], operation_timeout=30)[topic].result(timeout=60)
+        admin = self.admin()  # referenced until the future resolves (else: _DESTROY)
+        admin.create_topics([new], operation_timeout=30)[topic].result(timeout=60)
 
     def check_access(self, source: str, timeout: float = 30.0) -> None:
         """Fail fast, naming the cause, when the brokers refuse our credentials.
@@ -169,5 +171,4 @@ class KafkaClients:
                 if refused:
                     raise KafkaAccessDenied(
                         f"Kafka at {self.bootstrap} refused the credentials configured in "
-                        f"{source}: {refused[-1]} (check the variables named by "
-                        "kafka.sasl_username_env and kafka.sasl_password_env)") from None
+                        f"{source}: {refused[-1]}") from None

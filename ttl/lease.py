@@ -20,7 +20,6 @@ import threading
 import uuid
 from dataclasses import dataclass
 
-from ttl import delta_log
 from ttl.clock import Clock, WallClock
 from ttl.names import LEASE_SUFFIX, sibling
 
@@ -72,6 +71,7 @@ class Lease:
 
     def acquire(self) -> bool:
         """Take or renew the lease; ``False`` if another process holds a live one."""
+        from delta.exceptions import ConcurrentAppendException, ConcurrentDeleteReadException
         from delta.tables import DeltaTable
 
         now = self.clock.now_ms()
@@ -85,8 +85,8 @@ class Lease:
                                              f"OR t.expires_at <= {now}")
              .whenNotMatchedInsertAll()
              .execute())
-        except delta_log.conflicts():  # another acquirer's commit won the race
-            return False
+        except (ConcurrentAppendException, ConcurrentDeleteReadException):
+            return False  # another acquirer's commit won the race
         state = self.current()
         return state is not None and state.owner == self.owner
 

@@ -24,7 +24,7 @@ def last_sweep(store) -> dict | None:
     meta = found.metadata or {}
     at = datetime.fromtimestamp(found.timestamp_s, timezone.utc).isoformat(timespec="seconds")
     return {"version": found.version, "clock": meta.get("clock"), "t": meta.get("t"),
-            "evicted": found.metric("numDeletedRows"), "at": at}
+            "evicted": found.metric("numDeletedRows") if found.metrics else None, "at": at}
 
 
 def seconds_behind(store, published: int, current: int) -> float:

@@ -72,7 +72,7 @@ class StreamJob:
         self.jobs = schedule.StoreJobs(self.sweeper, conf, lock=self.lock,
                                        publish=self._publish)
         self.query = None
-        self._query_started = threading.Event()
+        self.query_started = threading.Event()
         self.stopping = threading.Event()
         self.end_offsets: dict[int, int] = {}
         self._last_stream_sweep: int | None = None
@@ -93,7 +93,7 @@ class StreamJob:
             if available_now:
                 self.end_offsets = self._input_end_offsets()
             self.query = self._start_query(available_now)
-            self._query_started.set()
+            self.query_started.set()
             log.info("stream %s started (query %s, checkpoint %s)", self.conf.store.name,
                      self.query.id, self.conf.stream.checkpoint)
             while self.query.isActive and not self.stopping.is_set():
@@ -183,7 +183,7 @@ class StreamJob:
             "headers", "partition", "offset")
         offsets = {str(r.partition): r.next for r in frame.groupBy("partition")
                    .agg((F.max("offset") + 1).alias("next")).collect()}
-        self._query_started.wait()  # the first batch can start before start() returns
+        self.query_started.wait()  # the first batch can start before start() returns
         query_id = self.query.id
         txn = (batch_txn_app_id(self.conf.store.name, query_id), batch_id)
         waited = time.monotonic()

@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from tests.support import clients, consume_all, rebuild_from_changelog, wait_until
-from ttl import eviction, schedule
+from ttl import app, eviction, schedule
 from ttl.app import App
 from ttl.changelog import topic
 from ttl.changelog.publisher import Publisher
@@ -206,3 +206,21 @@ def test_sweeping_an_entry_near_the_int64_floor_reports_its_lateness(spark, tabl
     store.apply_records(recs((b"ancient", b"v", -(2**63) + 1)))  # stream time unset: stored
     result = eviction.sweep(store, "wall", NOW)
     assert result.evicted == 1 and result.lateness_ms["max"] is None  # saturated, not raised
+
+
+def test_alter_through_the_app_publishes_the_recomputed_expiry(spark, kafka, table_path):
+    """``ttl alter`` commits the new TTL, then publishes it although the profile still names
+    the old TTL (the publisher must use the store opened under the table's own TTL)."""
+    name = f"alter-{uuid.uuid4().hex[:8]}"
+    conf = from_dict({"store": {"name": "ev", "path": table_path, "ttl": "60s"},
+                      "kafka": {"bootstrap_servers": kafka.bootstrap_servers,
+                                "input_topic": "x", "changelog_topic": name},
+                      "stream": {"checkpoint": "unused"}})
+    topic.create(clients(conf, kafka), conf.changelog)
+    make_store(spark, table_path, ttl=60_000).apply_records(recs((b"a", b"v", NOW)))
+    runtime = App(conf, spark=spark, wall_clock=FixedClock(NOW))
+    text = app.alter(runtime, "2m", dry_run=False)
+    assert "-> 120000 ms" in text and "changelog: published 2 records" in text, text
+    msgs = consume_all(kafka.bootstrap_servers, name, 2)
+    assert [m.key() for m in msgs] == [b"a", b"a"]  # the put, then its new expiry's version
+    assert "ttl alter --ttl" not in text
