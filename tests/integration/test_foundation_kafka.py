@@ -92,3 +92,18 @@ def _alive(pid: int) -> bool:
             return fh.read().split()[2] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_a_cluster_id_that_starts_with_a_dash_still_formats(monkeypatch, tmp_path):
+    """Random ids are base64: 1 in 32 starts with "-", which kafka-storage's argument parser
+    took for an option (a session-wide broker fixture then failed every Kafka test)."""
+    import base64
+    import uuid
+
+    from ttl.local.kafka import LocalKafka
+
+    dashed = uuid.UUID(bytes=base64.urlsafe_b64decode("-" + "A" * 21 + "=="))
+    monkeypatch.setattr(uuid, "uuid4", lambda: dashed)
+    with LocalKafka(tmp_path / "kafka") as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+        assert admin.list_topics(timeout=30).brokers

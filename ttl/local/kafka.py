@@ -266,8 +266,10 @@ class LocalKafka:
         """Format a new node's storage. A single node bootstraps its own dynamic quorum
         (``--standalone``); a static quorum takes its voters from the configuration."""
         extra = ["--standalone"] if len(self.nodes) == 1 else []
+        # ``--cluster-id=ID`` in one argument: a random id may start with "-", which the
+        # tool's argument parser would take for an option (1 start in 32 failed so).
         fmt = self._java(node, "kafka.tools.StorageTool", "format", *extra,
-                         "-t", cluster_id, "-c", str(config), log_to=out)
+                         f"--cluster-id={cluster_id}", "-c", str(config), log_to=out)
         if fmt.wait(timeout=120) != 0:
             raise BrokerError(f"formatting Kafka storage failed; see {node.log_file}")
         node.save_ports()
