@@ -68,14 +68,52 @@ def is_delta_table(spark, path: str) -> bool:
     return DeltaTable.isDeltaTable(spark, path)
 
 
+def _jvm_log(spark, path: str):
+    """The JVM ``DeltaLog`` of a path (cached by Delta per path)."""
+    jvm = spark.sparkContext._jvm
+    return jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+
+
 def latest_version(spark, path: str) -> int:
-    """The table's current version."""
-    return _history(spark, path, 1).first()["version"]
+    """The table's current version, commits of other processes included.
+
+    ``DeltaLog.update`` lists ``_delta_log`` and loads the newest snapshot: a few ms and no
+    Spark job, where ``history(1)`` runs a job (~0.2 s). Never ``unsafeVolatileSnapshot``:
+    it can be stale.
+    """
+    none = spark.sparkContext._jvm.scala.Option.empty()
+    return int(_jvm_log(spark, path).update(False, none, none).version())
+
+
+def commit_info(spark, path: str, version: int) -> Commit | None:
+    """One commit read straight from its log file (no Spark job); ``None`` if the log no
+    longer holds it (cleaned up after the log retention)."""
+    jvm = spark.sparkContext._jvm
+    log_ = _jvm_log(spark, path)
+    try:
+        file = jvm.org.apache.spark.sql.delta.util.FileNames.unsafeDeltaFile(
+            log_.logPath(), int(version))
+        found = jvm.org.apache.spark.sql.delta.DeltaHistoryManager.getCommitInfoOpt(
+            log_.store(), file, log_.newDeltaHadoopConf())
+    except Exception as exc:  # noqa: BLE001 - py4j wraps FileNotFoundException
+        if "FileNotFoundException" in str(exc):
+            return None
+        raise
+    if found.isEmpty():
+        return None
+    info = found.get()
+    user = info.userMetadata()
+    metrics = info.operationMetrics()
+    return Commit(int(version), info.timestamp().getTime() / 1000, info.operation(),
+                  commit.decode(None if user.isEmpty() else user.get()),
+                  {} if metrics.isEmpty() else dict(
+                      jvm.scala.jdk.javaapi.CollectionConverters.asJava(metrics.get())))
 
 
 def latest_commit(spark, path: str) -> Commit:
     """The table's current version with its metadata and metrics."""
-    return _commit(_history(spark, path, 1).first())
+    found = commit_info(spark, path, latest_version(spark, path))
+    return found if found is not None else _commit(_history(spark, path, 1).first())
 
 
 def commit_at(spark, path: str, version: int) -> Commit | None:
@@ -85,13 +123,25 @@ def commit_at(spark, path: str, version: int) -> Commit | None:
     latest = latest_version(spark, path)
     if version > latest:
         return None
+    found = commit_info(spark, path, version)
+    if found is not None:
+        return found
     row = (_history(spark, path, latest - version + 1).where(F.col("version") == version)
            .first())
     return None if row is None else _commit(row)
 
 
+#: Up to this many versions, ``engine_metadata`` reads commit files one by one (~2 ms each,
+#: no Spark job); more, and one ``history()`` scan is cheaper.
+DIRECT_READS = 50
+
+
 def engine_metadata(spark, path: str, start: int, end: int) -> dict[int, dict]:
     """Per version in ``[start, end]``, the engine's metadata (``{}`` for others' commits)."""
+    if end - start < DIRECT_READS:
+        found = {v: commit_info(spark, path, v) for v in range(start, end + 1)}
+        if all(c is not None for c in found.values()):
+            return {v: c.metadata or {} for v, c in found.items()}
     latest = latest_version(spark, path)
     rows = (_history(spark, path, max(1, latest - start + 1))
             .where(f"version BETWEEN {int(start)} AND {int(end)}")
@@ -115,12 +165,16 @@ def last_engine_commit(spark, path: str, *, op: str | None = None,
 
 
 def find_commit(spark, path: str, *, op: str, key: str, value: str,
-                within: int = 50) -> Commit | None:
-    """The engine commit with ``op`` whose metadata says ``key = value`` (e.g. a sweep by its
-    id), among the last ``within`` versions; ``None`` if Delta made no commit for it."""
-    cond = (_meta("ttl") == "1") & (_meta("op") == op) & (_meta(key) == value)
-    row = _history(spark, path, within).where(cond).first()
-    return None if row is None else _commit(row)
+                since: int) -> Commit | None:
+    """The engine commit after version ``since`` with ``op`` whose metadata says
+    ``key = value`` (e.g. a sweep by its id); ``None`` if Delta made no commit for it.
+    Commit files are read directly: an operation knows the version it started from."""
+    for version in range(latest_version(spark, path), since, -1):
+        found = commit_info(spark, path, version)
+        meta = (found.metadata or {}) if found is not None else {}
+        if meta.get("op") == op and meta.get(key) == value:
+            return found
+    return None
 
 
 def max_stream_time(spark, path: str) -> int | None:

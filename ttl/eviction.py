@@ -90,19 +90,21 @@ def sweep(store, clock: SweepClock, t: int | None = None, *, dry_run: bool = Fal
         with commit.commit_settings(store.spark, meta):
             store.spark.sql(f"DELETE FROM delta.`{store.path}` WHERE {predicate}")
 
+    before = delta_log.latest_version(store.spark, store.path)
     _, result.retries = retrying(delete, what=f"{clock} sweep at {t}")
-    _record_outcome(store, result)
+    _record_outcome(store, result, before)
     result.seconds = time.monotonic() - started
     log.info("%s", result.summary())
     return result
 
 
-def _record_outcome(store, result: SweepResult) -> None:
-    """Find the sweep's commit (by its id) for the evicted count and lateness."""
+def _record_outcome(store, result: SweepResult, before: int) -> None:
+    """Find the sweep's commit (by its id, after version ``before``) for the evicted count
+    and lateness."""
     from pyspark.sql import functions as F
 
     found = delta_log.find_commit(store.spark, store.path, op=OP_SWEEP, key="sweep_id",
-                                  value=result.sweep_id)
+                                  value=result.sweep_id, since=before)
     if found is None:  # nothing matched: Delta made no commit
         return
     result.version = found.version

@@ -31,6 +31,7 @@ from ttl.errors import StreamOwned
 from ttl.kafka import KafkaClients
 from ttl.lease import Lease
 from ttl.names import BATCH_LOGGER, batch_txn_app_id, query_name
+from ttl.phases import BatchPhases
 
 log = logging.getLogger(__name__)
 batch_log = logging.getLogger(BATCH_LOGGER)
@@ -175,26 +176,36 @@ class StreamJob:
     def _batch(self, frame, batch_id: int) -> None:
         from pyspark.sql import functions as F
 
-        started = time.monotonic()
+        phases = BatchPhases(self.spark)
         records = frame.select(
             "key", "value",
             F.when(F.col("timestamp").isNull(), F.lit(-1))
              .otherwise(F.unix_millis("timestamp")).alias("timestamp"),
             "headers", "partition", "offset")
-        offsets = {str(r.partition): r.next for r in frame.groupBy("partition")
-                   .agg((F.max("offset") + 1).alias("next")).collect()}
+        with phases.phase("read"):
+            offsets = {str(r.partition): r.next for r in frame.groupBy("partition")
+                       .agg((F.max("offset") + 1).alias("next")).collect()}
         self.query_started.wait()  # the first batch can start before start() returns
         query_id = self.query.id
         txn = (batch_txn_app_id(self.conf.store.name, query_id), batch_id)
-        waited = time.monotonic()
-        with self.lock:
-            waited = time.monotonic() - waited  # a wall sweep may hold the lock
-            result = self.store.apply_batch(
-                records, metadata={"input_offsets": offsets, "batch_id": batch_id,
-                                   "query_id": query_id}, txn=txn)
-            evicted = self._stream_sweep()
-            published = self._publish()
+        try:
+            with phases.phase("lock_wait"):  # a wall sweep may hold the lock
+                self.lock.acquire()
+            try:
+                result = self.store.apply_batch(
+                    records, metadata={"input_offsets": offsets, "batch_id": batch_id,
+                                       "query_id": query_id}, txn=txn, phases=phases)
+                with phases.phase("sweep"):
+                    evicted = self._stream_sweep()
+                with phases.phase("publish"):
+                    published = self._publish()
+            finally:
+                self.lock.release()
+            jobs = phases.spark_jobs()
+        finally:
+            phases.close()
         self._account(result, evicted, published)
+        seconds = phases.as_dict()
         batch_log.info(json.dumps({
             "batch": batch_id, "records_in": result.counts.records,
             "upserted": result.counts.upserted, "deleted": result.counts.deleted,
@@ -204,8 +215,8 @@ class StreamJob:
             "expired_on_arrival": result.counts.expired_on_arrival,
             "evicted": evicted, "changelog_records": published.records if published else 0,
             "publication_lag_versions": published.lag_versions if published else None,
-            "duration_s": round(time.monotonic() - started, 2),
-            "lock_wait_s": round(waited, 2),
+            "duration_s": round(seconds["total"], 2), "phases_s": seconds,
+            "spark_jobs": jobs, "write_metrics": result.metrics,
             "stream_time": self.store.stream_time.value, "applied": result.applied,
             "input_offsets": offsets, "catch_up": self._catch_up(offsets),
         }, sort_keys=True))

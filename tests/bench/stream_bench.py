@@ -288,6 +288,7 @@ def ingest(work: Path, kafka: LocalKafka, args) -> None:
         print("  per batch: " + ", ".join(
             f"#{b['batch']} {b['records_in']:,} in {b['duration_s']:.1f}s "
             f"({b['changelog_records']:,} cl)" for _, b in batches))
+        print_phases([b for _, b in batches])
         if first_start and last_end and query_up:
             busy = last_end - first_start
             print(f"  phases: start-up to query started {query_up - spawned:.1f} s, "
@@ -314,6 +315,24 @@ def ingest(work: Path, kafka: LocalKafka, args) -> None:
               f"{span:.1f} s ({records / span:,.0f} records/s); first changelog record "
               f"appended {(cl['first_append_ms'] - first_ms) / 1000:.1f} s after the first "
               f"input record", flush=True)
+
+
+def print_phases(batches: list[dict]) -> None:
+    """Per-phase seconds (p50 over the batches), Spark jobs per batch and the write's Delta
+    metrics of the median batch, from the ``ttl.batch`` lines that carry them."""
+    rows = [b["phases_s"] for b in batches if b.get("phases_s")]
+    if not rows:
+        return
+    names = sorted({k for r in rows for k in r}, key=lambda k: (k == "total", k))
+    print("  phase p50 s: " + ", ".join(
+        f"{n} {pct([r.get(n, 0.0) for r in rows], 0.5):.2f}" for n in names))
+    jobs = [b["spark_jobs"] for b in batches if b.get("spark_jobs") is not None]
+    if jobs:
+        print(f"  spark jobs per batch: p50 {pct(jobs, 0.5):.0f}, max {max(jobs)}")
+    written = sorted((b for b in batches if b.get("write_metrics")),
+                     key=lambda b: b["duration_s"])
+    if written:
+        print(f"  write metrics (median batch): {written[len(written) // 2]['write_metrics']}")
 
 
 # -- 2. latency under a trickle -----------------------------------------------------------------

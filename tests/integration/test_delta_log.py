@@ -44,10 +44,12 @@ def test_log_reads_find_engine_commits_by_op_and_exact_id_and_skip_others(spark,
     assert found.metric("numDeletedRows") == 1
     # by exact id: a prefix of the id matches nothing (the old substring search would)
     by_id = delta_log.find_commit(spark, table_path, op=OP_SWEEP, key="sweep_id",
-                                  value=first.sweep_id)
+                                  value=first.sweep_id, since=0)
     assert by_id.version == first.version
     assert delta_log.find_commit(spark, table_path, op=OP_SWEEP, key="sweep_id",
-                                 value=first.sweep_id[:8]) is None
+                                 value=first.sweep_id[:8], since=0) is None
+    assert delta_log.find_commit(spark, table_path, op=OP_SWEEP, key="sweep_id",
+                                 value=first.sweep_id, since=first.version) is None
     # a metadata key: the batch's recorded input offsets
     offsets = delta_log.last_engine_commit(spark, table_path, having="input_offsets")
     assert offsets.metadata["input_offsets"] == {"0": 2}
@@ -56,6 +58,8 @@ def test_log_reads_find_engine_commits_by_op_and_exact_id_and_skip_others(spark,
     assert meta[second.version - 1] == {} and meta[first.version]["op"] == OP_SWEEP
     assert delta_log.commit_at(spark, table_path, second.version - 1).operation == "UPDATE"
     assert delta_log.commit_at(spark, table_path, latest + 1) is None
+    assert delta_log.commit_info(spark, table_path, latest + 1) is None
+    assert delta_log.latest_commit(spark, table_path).metric("numDeletedRows") == 1
     assert delta_log.max_stream_time(spark, table_path) == NOW
     assert commit.decode("not json") is None
 

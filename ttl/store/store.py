@@ -74,14 +74,15 @@ class DeltaStore:
     # -- batch writes ------------------------------------------------------------------------
 
     def apply_batch(self, records, *, wall_ms: int | None = None, metadata: dict | None = None,
-                    txn: tuple[str, int] | None = None) -> WriteResult:
+                    txn: tuple[str, int] | None = None, phases=None) -> WriteResult:
         """Apply a DataFrame of input records (``INPUT_SCHEMA``) in one store commit."""
         wall = self.wall_clock.now_ms() if wall_ms is None else wall_ms
         t0 = batch_clock(self.clock_kind, wall, self.stream_time.value)
         meta = {"op": OP_BATCH, "store": self.conf.name, "clock": self.clock_kind,
                 **(metadata or {}), "stream_time": self.stream_time.value}
         result, final = apply_batch(self.spark, self.path, self.dead_letter_path, records,
-                                    sem=self.sem, wall_ms=wall, t0=t0, metadata=meta, txn=txn)
+                                    sem=self.sem, wall_ms=wall, t0=t0, metadata=meta, txn=txn,
+                                    phases=phases)
         self.stream_time.advance(final["stream_time"])
         log.debug("batch v%s: %s", result.version, result.counts.as_dict())
         return result

@@ -25,6 +25,7 @@ from functools import partial
 from ttl import commit, delta_log
 from ttl.model import Counts, Semantics
 from ttl.names import PROP_LAST_NOOP_BATCH, PROP_STREAM_TIME_FLOOR
+from ttl.phases import BatchPhases
 from ttl.store.fold import FOLD_SCHEMA, fold_partition
 from ttl.store.layout import HEADERS_TYPE, set_properties
 
@@ -47,6 +48,7 @@ class WriteResult:
     version: int | None = None
     applied: bool = True
     rejected_by_reason: Counter = field(default_factory=Counter)
+    metrics: dict[str, int] = field(default_factory=dict)  # the write's Delta operationMetrics
 
 
 def _fold(spark, path: str, records, sem: Semantics, wall_ms: int, t0: int):
@@ -162,35 +164,53 @@ def _empty_commit(spark, path: str, meta: dict) -> None:
     set_properties(spark, path, props)
 
 
+#: The write's Delta ``operationMetrics`` the batch log line carries (what it scanned,
+#: rewrote and copied: the cost of a MERGE follows these, not the batch size).
+LOGGED_METRICS = ("numSourceRows", "numTargetFilesAdded", "numTargetFilesRemoved",
+                  "numTargetRowsCopied", "numTargetDeletionVectorsAdded", "numTargetBytesAdded",
+                  "numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted",
+                  "scanTimeMs", "rewriteTimeMs", "executionTimeMs")
+
+
 def apply_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semantics,
                 wall_ms: int, t0: int, metadata: dict,
-                txn: tuple[str, int] | None = None) -> tuple[WriteResult, dict]:
+                txn: tuple[str, int] | None = None, phases=None) -> tuple[WriteResult, dict]:
     """Apply ``records`` in one store commit; returns the result and the final metadata.
 
     ``metadata`` must already hold the stream time *before* the batch under
     ``stream_time``; it is raised to include this batch's records before committing.
+    ``phases`` (a ``ttl.phases.BatchPhases``) times the steps.
     """
+    phases = phases or BatchPhases()
     # A local checkpoint (not just a cache) cuts the lineage: MERGE then sees a plain,
     # deterministic source instead of re-planning the fold and the semi-join on the target,
     # which made it twice as slow.
-    folded = _fold(spark, path, records, sem, wall_ms, t0).localCheckpoint(eager=True)
+    with phases.phase("fold"):
+        folded = _fold(spark, path, records, sem, wall_ms, t0).localCheckpoint(eager=True)
     try:
-        result, expired_keys = _summarise(folded)
+        with phases.phase("summary"):
+            result, expired_keys = _summarise(folded)
         before = metadata.get("stream_time")
         after = before if result.max_ts is None else (
             result.max_ts if before is None else max(before, result.max_ts))
         final_meta = {**metadata, "stream_time": after, "t0": t0, "wall": wall_ms,
                       "expired_keys": expired_keys}
         if sum(result.rejected_by_reason.values()):
-            _write_dead_letters(folded, dead_letter_path, wall_ms, txn)
-        version_before = delta_log.latest_version(spark, path)
-        with commit.commit_settings(spark, final_meta, txn):
-            if result.rows_upserted or result.rows_deleted or result.rows_expired:
-                _merge(spark, path, folded, wall_ms)
-            else:
-                _empty_commit(spark, path, final_meta)
-        result.version = delta_log.latest_version(spark, path)
-        result.applied = result.version != version_before
+            with phases.phase("dead_letters"):
+                _write_dead_letters(folded, dead_letter_path, wall_ms, txn)
+        with phases.phase("write"):
+            version_before = delta_log.latest_version(spark, path)
+            with commit.commit_settings(spark, final_meta, txn):
+                if result.rows_upserted or result.rows_deleted or result.rows_expired:
+                    _merge(spark, path, folded, wall_ms)
+                else:
+                    _empty_commit(spark, path, final_meta)
+            result.version = delta_log.latest_version(spark, path)
+            result.applied = result.version != version_before
+            if result.applied:
+                written = delta_log.commit_info(spark, path, result.version)
+                metrics = written.metrics if written is not None else {}
+                result.metrics = {k: int(metrics[k]) for k in LOGGED_METRICS if k in metrics}
         return result, final_meta
     finally:
         folded.unpersist()
