@@ -177,14 +177,14 @@ class StreamJob:
         from pyspark.sql import functions as F
 
         phases = BatchPhases(self.spark)
-        records = frame.select(
-            "key", "value",
-            F.when(F.col("timestamp").isNull(), F.lit(-1))
-             .otherwise(F.unix_millis("timestamp")).alias("timestamp"),
-            "headers", "partition", "offset")
-        with phases.phase("read"):
-            offsets = {str(r.partition): r.next for r in frame.groupBy("partition")
-                       .agg((F.max("offset") + 1).alias("next")).collect()}
+        with phases.phase("read"):  # the one read of the Kafka input (Arrow, driver side)
+            table = frame.select(
+                "key", "value",
+                F.when(F.col("timestamp").isNull(), F.lit(-1))
+                 .otherwise(F.unix_millis("timestamp")).alias("timestamp"),
+                "headers", "partition", "offset").toArrow()
+            offsets = next_offsets(table)
+            records = self.store.records_frame_from_arrow(table)
         self.query_started.wait()  # the first batch can start before start() returns
         query_id = self.query.id
         txn = (batch_txn_app_id(self.conf.store.name, query_id), batch_id)
@@ -260,3 +260,12 @@ class StreamJob:
         s.expired_on_arrival += result.counts.expired_on_arrival
         s.evicted["stream"] += evicted.get("stream", 0)
         s.evicted["wall"] = self.jobs.evicted_total
+
+
+def next_offsets(table) -> dict[str, int]:
+    """Per input partition of an Arrow batch, the offset after its last record."""
+    if table.num_rows == 0:
+        return {}
+    grouped = table.group_by("partition").aggregate([("offset", "max")])
+    return {str(p): int(o) + 1 for p, o in zip(grouped["partition"].to_pylist(),
+                                                grouped["offset_max"].to_pylist(), strict=True)}

@@ -92,6 +92,11 @@ class DeltaStore:
                  r.offset) for r in records]
         return self.spark.createDataFrame(rows, INPUT_SCHEMA)
 
+    def records_frame_from_arrow(self, table):
+        """A DataFrame over input records already read (an Arrow table in ``INPUT_SCHEMA``):
+        a local relation, so the batch write never reads the source again."""
+        return self.spark.createDataFrame(table, INPUT_SCHEMA)
+
     def apply_records(self, records: Iterable[InputRecord], **kwargs) -> WriteResult:
         return self.apply_batch(self.records_frame(records), **kwargs)
 

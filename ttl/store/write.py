@@ -2,7 +2,8 @@
 
 Plan, per micro-batch:
 
-1. read the stored rows of the batch's keys (a semi-join), tag them, union with the input;
+1. read the stored ts and expiry of the batch's keys (a broadcast semi-join on
+   ``key_hash``, narrow columns), tag them, union with the input;
 2. partition by key, sort (key, stored row first, partition, offset), and fold each key on
    the executors with the model's own ``validate``/``fold_key`` (``ttl.store.fold``);
 3. cache the result; one small aggregation gives the counts and the batch's max timestamp;
@@ -55,10 +56,18 @@ def _fold(spark, path: str, records, sem: Semantics, wall_ms: int, t0: int):
     from pyspark.sql import functions as F
 
     records = records.select(*INPUT_COLUMNS)
-    keys = records.where(F.col("key").isNotNull()).select("key").distinct()
+    # The lookup reads only what the fold needs of a stored row (its ts and expiry: a
+    # stored value or headers never reach the output, since a key that changes takes the
+    # record's), and broadcasts the batch's keys to the table instead of shuffling the
+    # table's rows.
+    keys = (records.where(F.col("key").isNotNull()).select("key").distinct()
+            .withColumn("key_hash", F.xxhash64("key")))
     stored = (
-        spark.read.format("delta").load(path).join(keys, "key", "left_semi")
-        .select("key", "value", F.col("ts").alias("timestamp"), "headers",
+        spark.read.format("delta").load(path)
+        .select("key_hash", "key", "ts", "expires_at", "record_ttl")
+        .join(F.broadcast(keys), ["key_hash", "key"], "left_semi")
+        .select("key", F.lit(b"").alias("value"), F.col("ts").alias("timestamp"),
+                F.lit(None).cast(HEADERS_TYPE).alias("headers"),
                 F.lit(-1).alias("partition"), F.lit(-1).cast("bigint").alias("offset"),
                 F.lit(True).alias("is_existing"), "expires_at", "record_ttl")
     )
@@ -136,6 +145,9 @@ def _merge(spark, path: str, folded, wall_ms: int) -> None:
 
     changes = folded.where("kind IN ('upsert', 'delete')").withColumn(
         "key_hash", F.xxhash64("key"))
+    # The source is already materialized (a local checkpoint): MERGE's own materialization
+    # would copy it a second time.
+    spark.conf.set("spark.databricks.delta.merge.materializeSource", "none")
     (
         DeltaTable.forPath(spark, path).alias("t")
         .merge(changes.alias("s"), "t.key_hash = s.key_hash AND t.key = s.key")
