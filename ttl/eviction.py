@@ -24,6 +24,7 @@ from typing import Literal
 from ttl import commit, delta_log
 from ttl.delta_log import retrying
 from ttl.errors import ConfigError
+from ttl.expiry_floor import NEVER, earliest_expiry
 from ttl.names import OP_ALTER, OP_SWEEP, PROP_TTL
 from ttl.store.layout import set_properties, ttl_property
 from ttl.timestamps import expiry_column
@@ -46,10 +47,15 @@ class SweepResult:
     seconds: float = 0.0
     lateness_ms: dict[str, int | None] = field(default_factory=dict)
     sample_keys: list[bytes] = field(default_factory=list)
+    nothing_due: int | None = None  # the earliest expiry, when it is after T
 
     def summary(self) -> str:
         if self.skipped:
             return f"skipped: {self.skipped}"
+        if self.nothing_due is not None:
+            when = "never" if self.nothing_due == NEVER else self.nothing_due
+            return (f"{self.clock} sweep at T={self.t}: nothing due (earliest expiry {when}) "
+                    f"in {self.seconds:.3f} s")
         verb = "would evict" if self.dry_run else "evicted"
         late = ", ".join(f"{k}={v}" for k, v in self.lateness_ms.items())
         return (f"{self.clock} sweep at T={self.t}: {verb} {self.evicted} entries "
@@ -91,11 +97,31 @@ def sweep(store, clock: SweepClock, t: int | None = None, *, dry_run: bool = Fal
             store.spark.sql(f"DELETE FROM delta.`{store.path}` WHERE {predicate}")
 
     before = delta_log.latest_version(store.spark, store.path)
+    earliest = _earliest_expiry(store, before)
+    if earliest is not None and t < earliest:  # nothing due: no DELETE, no commit, no job
+        result.nothing_due = earliest
+        result.seconds = time.monotonic() - started
+        log.debug("%s", result.summary())
+        return result
     _, result.retries = retrying(delete, what=f"{clock} sweep at {t}")
     _record_outcome(store, result, before)
+    store.expiry_floor.after_sweep(before, delta_log.latest_version(store.spark, store.path), t)
     result.seconds = time.monotonic() - started
     log.info("%s", result.summary())
     return result
+
+
+def _earliest_expiry(store, version: int) -> int | None:
+    """The driver's lower bound on the table's earliest expiry at ``version``, computed
+    (one narrow aggregate) when unknown; ``None`` when the table moved meanwhile."""
+    known = store.expiry_floor.known_at(version)
+    if known is not None:
+        return known
+    value = earliest_expiry(store.spark, store.path)
+    if delta_log.latest_version(store.spark, store.path) != version:
+        return None  # another commit landed while we read: sweep without the shortcut
+    store.expiry_floor.set(version, value)
+    return store.expiry_floor.known_at(version)
 
 
 def _record_outcome(store, result: SweepResult, before: int) -> None:

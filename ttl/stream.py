@@ -194,11 +194,17 @@ class StreamJob:
             try:
                 result = self.store.apply_batch(
                     records, metadata={"input_offsets": offsets, "batch_id": batch_id,
-                                       "query_id": query_id}, txn=txn, phases=phases)
+                                       "query_id": query_id}, txn=txn, phases=phases,
+                    keep_changes=True)
+                with phases.phase("publish"):
+                    published = self._publish(result)
+                    records_published = published.records
                 with phases.phase("sweep"):
                     evicted = self._stream_sweep()
-                with phases.phase("publish"):
-                    published = self._publish()
+                if evicted["stream"]:
+                    with phases.phase("publish"):
+                        published = self._publish()  # the sweep's tombstones
+                        records_published += published.records
             finally:
                 self.lock.release()
             jobs = phases.spark_jobs()
@@ -213,7 +219,7 @@ class StreamJob:
             "rejected": dict(result.counts.rejected),
             "late_dropped": result.counts.late_dropped,
             "expired_on_arrival": result.counts.expired_on_arrival,
-            "evicted": evicted, "changelog_records": published.records if published else 0,
+            "evicted": evicted, "changelog_records": records_published,
             "publication_lag_versions": published.lag_versions if published else None,
             "duration_s": round(seconds["total"], 2), "phases_s": seconds,
             "spark_jobs": jobs, "write_metrics": result.metrics,
@@ -245,8 +251,13 @@ class StreamJob:
             self._last_stream_sweep = now
         return evicted
 
-    def _publish(self):
-        result = self.publisher.publish()
+    def _publish(self, written=None):
+        """Publish every unpublished version; the batch's own version from the changes it
+        wrote when they are known (no change-feed read), in commit order either way."""
+        if written is not None and written.changes is not None:
+            result = self.publisher.publish_known(written.version, written.changes)
+        else:
+            result = self.publisher.publish()
         self.summary.published += result.records
         return result
 

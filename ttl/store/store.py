@@ -17,6 +17,7 @@ from ttl import delta_log
 from ttl.clock import Clock, ClockKind, StreamTime, WallClock, batch_clock
 from ttl.config import StoreConfig
 from ttl.errors import InvalidRecordError
+from ttl.expiry_floor import ExpiryFloor
 from ttl.model import Semantics
 from ttl.names import HEADER_TS, HEADER_TTL, OP_BATCH, PROP_STREAM_TIME_FLOOR, PROP_TTL
 from ttl.record import Entry, Headers, InputRecord, ValueTimestampHeaders
@@ -48,6 +49,7 @@ class DeltaStore:
             self.sem = replace(self.sem, ttl=None if raw in (None, "none") else int(raw))
         layout.ensure_dead_letter_table(self.spark, self.dead_letter_path)
         self.stream_time = StreamTime(self.recover_stream_time())
+        self.expiry_floor = ExpiryFloor()  # shared with for_thread twins: one table
         self._api_offset = 0
 
     def for_thread(self) -> DeltaStore:
@@ -74,7 +76,8 @@ class DeltaStore:
     # -- batch writes ------------------------------------------------------------------------
 
     def apply_batch(self, records, *, wall_ms: int | None = None, metadata: dict | None = None,
-                    txn: tuple[str, int] | None = None, phases=None) -> WriteResult:
+                    txn: tuple[str, int] | None = None, phases=None,
+                    keep_changes: bool = False) -> WriteResult:
         """Apply a DataFrame of input records (``INPUT_SCHEMA``) in one store commit."""
         wall = self.wall_clock.now_ms() if wall_ms is None else wall_ms
         t0 = batch_clock(self.clock_kind, wall, self.stream_time.value)
@@ -82,8 +85,11 @@ class DeltaStore:
                 **(metadata or {}), "stream_time": self.stream_time.value}
         result, final = apply_batch(self.spark, self.path, self.dead_letter_path, records,
                                     sem=self.sem, wall_ms=wall, t0=t0, metadata=meta, txn=txn,
-                                    phases=phases)
+                                    phases=phases, keep_changes=keep_changes)
         self.stream_time.advance(final["stream_time"])
+        if result.applied:
+            self.expiry_floor.after_write(result.version_before, result.version,
+                                          result.earliest_expiry)
         log.debug("batch v%s: %s", result.version, result.counts.as_dict())
         return result
 

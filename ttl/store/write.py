@@ -50,6 +50,9 @@ class WriteResult:
     applied: bool = True
     rejected_by_reason: Counter = field(default_factory=Counter)
     metrics: dict[str, int] = field(default_factory=dict)  # the write's Delta operationMetrics
+    version_before: int | None = None
+    earliest_expiry: int | None = None  # the earliest expires_at the batch wrote
+    changes: object = None  # Arrow: the rows the commit changed (``keep_changes``)
 
 
 def _fold(spark, path: str, records, sem: Semantics, wall_ms: int, t0: int):
@@ -92,7 +95,8 @@ def _summarise(folded) -> tuple[WriteResult, list[str]]:
                                         "n_expired_on_arrival")]
     rows = (
         folded.groupBy("kind", "reason", "removal_op")
-        .agg(F.count(F.lit(1)).alias("rows"), F.max("max_ts").alias("max_ts"), *sums)
+        .agg(F.count(F.lit(1)).alias("rows"), F.max("max_ts").alias("max_ts"),
+             F.min("expires_at").alias("min_expires_at"), *sums)
         .collect()
     )
     counts = Counts()
@@ -108,6 +112,7 @@ def _summarise(folded) -> tuple[WriteResult, list[str]]:
             counts.rejected[r["reason"]] += r["rows"]
         elif r["kind"] == "upsert":
             result.rows_upserted += r["rows"]
+            result.earliest_expiry = r["min_expires_at"]
         elif r["kind"] == "delete" and r["removal_op"] == "expire":
             result.rows_expired += r["rows"]
         elif r["kind"] == "delete":
@@ -186,14 +191,19 @@ LOGGED_METRICS = ("numSourceRows", "numTargetFilesAdded", "numTargetFilesRemoved
 
 def apply_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semantics,
                 wall_ms: int, t0: int, metadata: dict,
-                txn: tuple[str, int] | None = None, phases=None) -> tuple[WriteResult, dict]:
+                txn: tuple[str, int] | None = None, phases=None,
+                keep_changes: bool = False) -> tuple[WriteResult, dict]:
     """Apply ``records`` in one store commit; returns the result and the final metadata.
 
     ``metadata`` must already hold the stream time *before* the batch under
     ``stream_time``; it is raised to include this batch's records before committing.
-    ``phases`` (a ``ttl.phases.BatchPhases``) times the steps.
+    ``phases`` (a ``ttl.phases.BatchPhases``) times the steps. With ``keep_changes`` the
+    result carries the rows the commit changed (``WriteResult.changes``, Arrow) when they
+    provably equal its change data feed: the table was at the lookup's version until this
+    write, and the write made exactly one version.
     """
     phases = phases or BatchPhases()
+    lookup_version = delta_log.latest_version(spark, path)
     # A local checkpoint (not just a cache) cuts the lineage: MERGE then sees a plain,
     # deterministic source instead of re-planning the fold and the semi-join on the target,
     # which made it twice as slow.
@@ -211,7 +221,7 @@ def apply_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
             with phases.phase("dead_letters"):
                 _write_dead_letters(folded, dead_letter_path, wall_ms, txn)
         with phases.phase("write"):
-            version_before = delta_log.latest_version(spark, path)
+            version_before = result.version_before = delta_log.latest_version(spark, path)
             with commit.commit_settings(spark, final_meta, txn):
                 if result.rows_upserted or result.rows_deleted or result.rows_expired:
                     _merge(spark, path, folded, wall_ms)
@@ -223,6 +233,12 @@ def apply_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
                 written = delta_log.commit_info(spark, path, result.version)
                 metrics = written.metrics if written is not None else {}
                 result.metrics = {k: int(metrics[k]) for k in LOGGED_METRICS if k in metrics}
+        if (keep_changes and result.applied and lookup_version == version_before
+                and result.version == version_before + 1):
+            with phases.phase("changes"):
+                result.changes = (folded.where("kind IN ('upsert', 'delete')")
+                                  .select("kind", "key", "value", "ts", "headers", "record_ttl")
+                                  .toArrow())
         return result, final_meta
     finally:
         folded.unpersist()

@@ -1,0 +1,67 @@
+"""A lower bound on the earliest ``expires_at`` in a store's table, kept by the driver.
+
+A sweep at clock T deletes ``expires_at <= T``. When the earliest expiry is known to be
+after T, the sweep has nothing to do and is skipped without a Delta DELETE, a commit or a
+Spark job: that is what keeps a wall sweep every few seconds cheap on an idle store.
+
+The bound is only trusted at the table version it was computed for: the engine's own writes
+move it forward (a batch lowers it to its earliest new expiry, a sweep at T raises it above
+T), and any other version (an operator's UPDATE, a restore, another process) makes it
+unknown, so the next sweep recomputes it with one narrow aggregate over ``expires_at``.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from ttl.timestamps import INT64_MAX
+
+#: "Nothing in the table expires" (no row has an ``expires_at``).
+NEVER = INT64_MAX + 1
+
+
+class ExpiryFloor:
+    """``value`` <= every ``expires_at`` in the table at ``version`` (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.value: int | None = None
+        self.version: int | None = None
+
+    def known_at(self, version: int) -> int | None:
+        """The bound if it is valid at ``version``, else ``None``."""
+        with self._lock:
+            return self.value if self.version == version else None
+
+    def set(self, version: int, value: int | None) -> None:
+        """The earliest expiry at ``version`` (``None``: nothing expires)."""
+        with self._lock:
+            self.version, self.value = version, NEVER if value is None else value
+
+    def after_write(self, before: int, after: int, earliest_new: int | None) -> None:
+        """Our write moved the table from ``before`` to ``after`` (one commit), adding rows
+        that expire at ``earliest_new`` at the earliest (removals only raise the minimum)."""
+        with self._lock:
+            if self.version != before or after != before + 1:
+                self.version = self.value = None
+                return
+            if earliest_new is not None:
+                self.value = min(self.value, earliest_new)
+            self.version = after
+
+    def after_sweep(self, before: int, after: int, t: int) -> None:
+        """A sweep at ``t`` moved the table from ``before`` to ``after``: nothing left
+        expires at or before ``t``."""
+        with self._lock:
+            if self.version != before or after not in (before, before + 1):
+                self.version = self.value = None
+                return
+            self.value = max(self.value, t + 1)
+            self.version = after
+
+
+def earliest_expiry(spark, path: str) -> int | None:
+    """``min(expires_at)`` of the table now (one narrow aggregate)."""
+    from pyspark.sql import functions as F
+
+    return (spark.read.format("delta").load(path).select(F.min("expires_at")).first()[0])
