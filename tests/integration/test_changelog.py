@@ -14,6 +14,7 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from tests.integration.test_eviction import recs
 from tests.support import (
     bulk_load,
     clients,
@@ -278,3 +279,38 @@ def test_killed_publisher_resumes_with_no_gap_and_no_reordering(spark, kafka, kc
     assert len(versions) == 300_000
     assert versions[b"k5"] == [1, 2]
     assert all(v == [1] for k, v in versions.items() if k != b"k5")
+
+
+def test_a_batch_published_from_its_own_changes_equals_its_change_feed(spark, kafka,
+                                                                      table_path):
+    """``publish_known`` (no change-feed read) gives exactly the records the CDF path gives
+    for the same version: puts with user headers and per-record TTLs, deletes, expiries."""
+    store = make_store(spark, table_path)
+    store.apply_records(recs((b"gone", b"v", NOW), (b"old", b"v", NOW - TTL + 10),
+                             (b"kept", b"v", NOW)))
+    batch = store.apply_records(
+        recs((b"gone", None, NOW + 1), (b"old", b"x", NOW - 2 * TTL, (("ttl.ttl", b"1"),)),
+             (b"new", b"n", NOW + 2, (("h", b"1"), ("h", None), ("ttl.ttl", b"99999999"))),
+             (b"kept", b"k", NOW + 3)),
+        keep_changes=True)
+    assert batch.changes is not None and batch.changes.num_rows == 4
+    streams = {}
+    for way in ("known", "feed"):
+        conf = KafkaConfig(bootstrap_servers=kafka.bootstrap_servers, input_topic="i",
+                           changelog_topic=f"cl-{way}-{uuid.uuid4().hex[:8]}")
+        topic.create(clients(conf, kafka), ChangelogConfig())
+        pub = Publisher(spark, table_path, "s", clients(conf, kafka), ChangelogConfig())
+        pub.publish(until=batch.version - 1)
+        if way == "known":
+            assert pub.publish_known(batch.version, batch.changes).published_version == \
+                batch.version
+        else:
+            pub.publish()
+        msgs = consume_all(kafka.bootstrap_servers, conf.changelog_topic, 7)
+        streams[way] = sorted((m.key(), m.value(), tuple(m.headers() or ()))
+                              for m in msgs
+                              if engine(m)["ttl.version"] == str(batch.version).encode())
+    assert streams["known"] == streams["feed"]
+    ops = sorted((k, dict(h)["ttl.op"]) for k, _, h in streams["known"])
+    assert ops == [(b"gone", b"delete"), (b"kept", b"put"), (b"new", b"put"),
+                   (b"old", b"expire")]

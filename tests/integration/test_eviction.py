@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from tests.support import clients, consume_all, rebuild_from_changelog, wait_until
-from ttl import app, eviction, schedule
+from ttl import app, delta_log, eviction, schedule
 from ttl.app import App
 from ttl.changelog import topic
 from ttl.changelog.publisher import Publisher
@@ -224,3 +224,22 @@ def test_alter_through_the_app_publishes_the_recomputed_expiry(spark, kafka, tab
     msgs = consume_all(kafka.bootstrap_servers, name, 2)
     assert [m.key() for m in msgs] == [b"a", b"a"]  # the put, then its new expiry's version
     assert "ttl alter --ttl" not in text
+
+
+def test_a_sweep_with_nothing_due_commits_nothing_and_a_foreign_write_is_still_swept(
+        spark, table_path):
+    store = make_store(spark, table_path, ttl=60_000)
+    store.apply_records(recs((b"a", b"v", NOW), (b"b", b"v", NOW)))
+    version = delta_log.latest_version(spark, table_path)
+    idle = eviction.sweep(store, "wall", NOW + 1_000)  # earliest expiry is NOW + 60 s
+    assert idle.nothing_due == NOW + 60_000 and idle.evicted == 0
+    assert delta_log.latest_version(spark, table_path) == version  # no DELETE, no commit
+    # an operator makes "b" expire behind the engine's back: the bound is no longer trusted
+    spark.sql(f"UPDATE delta.`{table_path}` SET expires_at = {NOW} WHERE key = X'62'")
+    swept = eviction.sweep(store, "wall", NOW + 1_000)
+    assert swept.nothing_due is None and swept.evicted == 1
+    assert set(store.entries(at=NOW + 1_000)) == {b"a"}
+    # our own batch lowers the bound: a record that expires sooner is swept on time
+    store.apply_records(recs((b"c", b"v", NOW - 59_000)))  # expires at NOW + 1 s
+    assert eviction.sweep(store, "wall", NOW + 500).nothing_due == NOW + 1_000
+    assert eviction.sweep(store, "wall", NOW + 1_000).evicted == 1
