@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -218,6 +218,36 @@ class BatchResult:
     stream_time: int | None
 
 
+def fold_batch(records: Iterable[InputRecord], stored: Mapping[bytes, Entry], wall_ms: int,
+               t0: int, sem: Semantics) -> BatchResult:
+    """A whole micro-batch: validate every record, then fold each key's valid records in
+    (partition, offset) order onto its stored row (``stored``: the rows of the batch's keys,
+    or more), all with clock ``t0``. ``stream_time`` of the result is the batch's largest
+    validated timestamp (``None`` if none): the caller raises its stream time with it.
+    The reference store and the engine's batch write both run exactly this.
+    """
+    by_key: dict[bytes, list[ValidRecord]] = {}
+    rejections: list[Rejection] = []
+    counts = Counts()
+    for rec in records:
+        checked = validate(rec, wall_ms, t0, sem)
+        if isinstance(checked, Rejection):
+            rejections.append(checked)
+            counts.records += 1
+            counts.rejected[checked.reason] += 1
+        else:
+            by_key.setdefault(checked.key, []).append(checked)
+    outcomes = []
+    batch_max: int | None = None
+    for key, recs in by_key.items():
+        outcome = fold_key(key, stored.get(key), sorted(recs, key=order_key), t0, sem)
+        outcomes.append(outcome)
+        counts.add(outcome.counts)
+        if outcome.max_ts is not None:
+            batch_max = outcome.max_ts if batch_max is None else max(batch_max, outcome.max_ts)
+    return BatchResult(t0, counts, outcomes, rejections, batch_max)
+
+
 class ReferenceStore:
     """BRIEF §3 on a dict: the reference the Delta store must equal after every batch."""
 
@@ -230,32 +260,15 @@ class ReferenceStore:
 
     def apply_batch(self, records: Iterable[InputRecord], wall_ms: int) -> BatchResult:
         t0 = batch_clock(self.clock, wall_ms, self.stream_time.value)
-        by_key: dict[bytes, list[ValidRecord]] = {}
-        rejections: list[Rejection] = []
-        counts = Counts()
-        for rec in records:
-            checked = validate(rec, wall_ms, t0, self.sem)
-            if isinstance(checked, Rejection):
-                rejections.append(checked)
-                counts.records += 1
-                counts.rejected[checked.reason] += 1
-            else:
-                by_key.setdefault(checked.key, []).append(checked)
-        outcomes = []
-        batch_max: int | None = None
-        for key, recs in by_key.items():
-            outcome = fold_key(key, self.entries.get(key), sorted(recs, key=order_key), t0,
-                               self.sem)
-            outcomes.append(outcome)
-            counts.add(outcome.counts)
+        result = fold_batch(records, self.entries, wall_ms, t0, self.sem)
+        for outcome in result.outcomes:
             if outcome.final is None:
-                self.entries.pop(key, None)
+                self.entries.pop(outcome.key, None)
             else:
-                self.entries[key] = outcome.final
-            if outcome.max_ts is not None:
-                batch_max = outcome.max_ts if batch_max is None else max(batch_max, outcome.max_ts)
-        self.stream_time.advance(batch_max)
-        return BatchResult(t0, counts, outcomes, rejections, self.stream_time.value)
+                self.entries[outcome.key] = outcome.final
+        self.stream_time.advance(result.stream_time)
+        result.stream_time = self.stream_time.value
+        return result
 
     def live(self, t: int) -> dict[bytes, Entry]:
         """What reads return at clock ``t``: expired entries hidden, swept or not."""

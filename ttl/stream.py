@@ -184,7 +184,6 @@ class StreamJob:
                  .otherwise(F.unix_millis("timestamp")).alias("timestamp"),
                 "headers", "partition", "offset").toArrow()
             offsets = next_offsets(table)
-            records = self.store.records_frame_from_arrow(table)
         self.query_started.wait()  # the first batch can start before start() returns
         query_id = self.query.id
         txn = (batch_txn_app_id(self.conf.store.name, query_id), batch_id)
@@ -193,7 +192,7 @@ class StreamJob:
                 self.lock.acquire()
             try:
                 result = self.store.apply_batch(
-                    records, metadata={"input_offsets": offsets, "batch_id": batch_id,
+                    table, metadata={"input_offsets": offsets, "batch_id": batch_id,
                                        "query_id": query_id}, txn=txn, phases=phases,
                     keep_changes=True)
                 with phases.phase("publish"):

@@ -1,139 +1,144 @@
-"""The executor side of the batch write: ``validate`` and ``fold_key`` over Arrow batches.
+"""The batch fold, on the driver: Arrow input records -> ``ttl.model.fold_batch`` -> Arrow.
 
-Input rows arrive partitioned by key and sorted (key, existing row first, partition,
-offset); the stored row of a key (if any) comes tagged ``is_existing``. Each key's rows are
-folded by ``ttl.model.fold_key``, so the Spark path runs the very semantics the reference
-model states. Output: one row per key whose table row must change (``upsert``/``delete``),
-one per rejected record (``reject``), and one ``stats`` row per key with its counts.
+Why on the driver: a micro-batch is bounded (``stream.max_offsets_per_trigger``) and the
+stream already holds it as one Arrow table (its one read of the Kafka input); the stored
+rows of its keys come from one narrow lookup. Folding here runs the reference model itself
+(no second implementation to drift), with no shuffle, no Python workers and no
+materialized intermediate: measured on 2 cores, a 1-record batch's fold went from ~3 s of
+Spark jobs to milliseconds, and a 100k-record batch's from ~6 s to the model's own cost.
+
+Outputs, all Arrow: ``changes`` (one row per key whose table row must change: ``upsert``
+with the final entry, or ``delete`` with ``removal_op`` delete/expire; exactly what the
+commit's change feed will hold) and ``rejects`` (dead letters).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from dataclasses import dataclass
 
-from ttl.model import (
-    Semantics,
-    fold_key,
-    validate,
-)
-from ttl.record import Entry, InputRecord, Rejection, ValidRecord
+from ttl.model import BatchResult, Semantics, fold_batch
+from ttl.record import Entry, Headers, InputRecord
 from ttl.store.layout import HEADERS_TYPE, headers_arrow_type
 
-FOLD_SCHEMA = (
+INPUT_COLUMNS = ("key", "value", "timestamp", "headers", "partition", "offset")
+INPUT_SCHEMA = (
+    f"key binary, value binary, timestamp bigint, headers {HEADERS_TYPE}, partition int, "
+    "offset bigint"
+)
+CHANGES_SCHEMA = (
     f"kind string, key binary, value binary, ts bigint, headers {HEADERS_TYPE}, "
-    "expires_at bigint, record_ttl bigint, "
-    "removal_op string, reason string, detail string, partition int, offset bigint, "
-    "n_records bigint, n_upserted bigint, n_deleted bigint, n_delete_absent bigint, "
-    "n_late_dropped bigint, n_expired_on_arrival bigint, max_ts bigint"
+    "expires_at bigint, record_ttl bigint, removal_op string"
+)
+REJECTS_SCHEMA = (
+    f"key binary, value binary, timestamp bigint, headers {HEADERS_TYPE}, "
+    "source_partition int, source_offset bigint, reason string, detail string"
 )
 
-_FIELDS = [f.split(" ")[0] for f in
-           "kind key value ts headers expires_at record_ttl removal_op reason detail partition "
-           "offset n_records n_upserted n_deleted n_delete_absent n_late_dropped "
-           "n_expired_on_arrival max_ts".split()]
+
+@dataclass
+class Folded:
+    """A batch after the fold: the model's result and the rows to write."""
+
+    result: BatchResult
+    changes: object  # pa.Table in CHANGES_SCHEMA
+    rejects: object  # pa.Table in REJECTS_SCHEMA
+    upserted: int = 0
+    deleted: int = 0
+    expired: int = 0
+    earliest_expiry: int | None = None
+
+    @property
+    def expired_keys(self) -> list[str]:
+        """Hex keys removed as expired on arrival (the changelog tags them ``expire``)."""
+        return [o.key.hex() for o in self.result.outcomes
+                if o.changed and o.final is None and o.had_row and o.removal_op == "expire"]
 
 
-def _headers(raw) -> tuple:
+def _headers(raw) -> Headers:
     return tuple((h["key"], h["value"]) for h in raw) if raw else ()
 
 
-def _to_arrow_headers(headers) -> list[dict]:
+def _arrow_headers(headers: Headers) -> list[dict]:
     return [{"key": k, "value": v} for k, v in headers]
 
 
-def _empty_row(kind: str, key) -> dict:
-    row = dict.fromkeys(_FIELDS)
-    row["kind"], row["key"] = kind, key
-    return row
+def input_records(table) -> list[InputRecord]:
+    """Arrow rows in ``INPUT_SCHEMA`` -> the model's records (source order kept)."""
+    return [InputRecord(r["key"], r["value"], r["timestamp"], _headers(r["headers"]),
+                        r["partition"], r["offset"])
+            for batch in table.select(list(INPUT_COLUMNS)).to_batches()
+            for r in batch.to_pylist()]
 
 
-def _reject_row(rej: Rejection) -> dict:
-    rec = rej.record
-    row = _empty_row("reject", rec.key)
-    row.update(value=rec.value, ts=rec.timestamp, headers=_to_arrow_headers(rec.headers),
-               reason=rej.reason, detail=rej.detail, partition=rec.partition,
-               offset=rec.offset, n_records=1)
-    return row
+def records_table(records: list[InputRecord]):
+    """The model's records -> Arrow in ``INPUT_SCHEMA`` (the point API's batches)."""
+    import pyarrow as pa
+
+    return pa.Table.from_pylist(
+        [{"key": r.key, "value": r.value, "timestamp": r.timestamp,
+          "headers": _arrow_headers(r.headers), "partition": r.partition, "offset": r.offset}
+         for r in records], schema=input_arrow_schema())
 
 
-def _outcome_rows(key: bytes, existing: Entry | None, valid: list[ValidRecord], t0: int,
-                  sem: Semantics) -> list[dict]:
-    out = fold_key(key, existing, valid, t0, sem)
-    stats = _empty_row("stats", key)
-    c = out.counts
-    stats.update(n_records=c.records, n_upserted=c.upserted, n_deleted=c.deleted,
-                 n_delete_absent=c.delete_absent, n_late_dropped=c.late_dropped,
-                 n_expired_on_arrival=c.expired_on_arrival, max_ts=out.max_ts)
-    rows = [stats]
-    if not out.changed:
-        return rows
-    if out.final is None:
-        if out.had_row:
-            change = _empty_row("delete", key)
-            change["removal_op"] = out.removal_op
-            rows.append(change)
-        return rows
-    change = _empty_row("upsert", key)
-    e = out.final
-    change.update(value=e.value, ts=e.ts, headers=_to_arrow_headers(e.headers),
-                  expires_at=e.expires_at, record_ttl=e.record_ttl)
-    rows.append(change)
-    return rows
+def input_arrow_schema():
+    import pyarrow as pa
+
+    return pa.schema([("key", pa.binary()), ("value", pa.binary()),
+                      ("timestamp", pa.int64()), ("headers", headers_arrow_type()),
+                      ("partition", pa.int32()), ("offset", pa.int64())])
 
 
-def _fold_group(rows: list[dict], wall_ms: int, t0: int, sem: Semantics) -> list[dict]:
-    """One key's rows (the stored row first, if any) -> output rows."""
-    existing = None
-    out: list[dict] = []
-    valid: list[ValidRecord] = []
-    for r in rows:
-        if r["is_existing"]:
-            existing = Entry(r["value"], r["timestamp"], _headers(r["headers"]),
-                             r["expires_at"], r["record_ttl"])
+def _changes_schema():
+    import pyarrow as pa
+
+    return pa.schema([("kind", pa.string()), ("key", pa.binary()), ("value", pa.binary()),
+                      ("ts", pa.int64()), ("headers", headers_arrow_type()),
+                      ("expires_at", pa.int64()), ("record_ttl", pa.int64()),
+                      ("removal_op", pa.string())])
+
+
+def _rejects_schema():
+    import pyarrow as pa
+
+    return pa.schema([("key", pa.binary()), ("value", pa.binary()),
+                      ("timestamp", pa.int64()), ("headers", headers_arrow_type()),
+                      ("source_partition", pa.int32()), ("source_offset", pa.int64()),
+                      ("reason", pa.string()), ("detail", pa.string())])
+
+
+def fold(records: list[InputRecord], stored: dict[bytes, Entry], wall_ms: int, t0: int,
+         sem: Semantics) -> Folded:
+    """Fold a batch onto the stored rows of its keys (``stored``; value and headers of a
+    stored row are never needed: a key that changes takes the record's)."""
+    import pyarrow as pa
+
+    result = fold_batch(records, stored, wall_ms, t0, sem)
+    rows: list[dict] = []
+    folded = Folded(result, None, None)
+    for out in result.outcomes:
+        if not out.changed:
             continue
-        rec = InputRecord(r["key"], r["value"], r["timestamp"], _headers(r["headers"]),
-                          r["partition"], r["offset"])
-        checked = validate(rec, wall_ms, t0, sem)
-        if isinstance(checked, Rejection):
-            out.append(_reject_row(checked))
-        else:
-            valid.append(checked)
-    if valid:
-        out.extend(_outcome_rows(valid[0].key, existing, valid, t0, sem))
-    return out
-
-
-def _arrow_schema():
-    """FOLD_SCHEMA as Arrow types (executors have no SparkSession to parse DDL with)."""
-    import pyarrow as pa
-
-    types = {"kind": pa.string(), "key": pa.binary(), "value": pa.binary(), "ts": pa.int64(),
-             "headers": headers_arrow_type(), "expires_at": pa.int64(), "record_ttl": pa.int64(),
-             "removal_op": pa.string(), "reason": pa.string(), "detail": pa.string(),
-             "partition": pa.int32(), "offset": pa.int64()}
-    return pa.schema([(name, types.get(name, pa.int64())) for name in _FIELDS])
-
-
-def fold_partition(batches: Iterator, *, wall_ms: int, t0: int, sem: Semantics) -> Iterator:
-    """``mapInArrow`` body: group consecutive rows by key (they arrive sorted) and fold."""
-    import pyarrow as pa
-
-    schema = _arrow_schema()
-    group: list[dict] = []
-    group_key: object = object()
-    for batch in batches:
-        out: list[dict] = []
-        for row in batch.to_pylist():
-            key = row["key"]
-            if key is None:  # null keys are rejected one by one, never grouped
-                out.extend(_fold_group([row], wall_ms, t0, sem))
-                continue
-            if key != group_key and group:
-                out.extend(_fold_group(group, wall_ms, t0, sem))
-                group = []
-            group_key = key
-            group.append(row)
-        if out:
-            yield pa.RecordBatch.from_pylist(out, schema=schema)
-    if group:
-        yield pa.RecordBatch.from_pylist(_fold_group(group, wall_ms, t0, sem), schema=schema)
+        if out.final is not None:
+            e = out.final
+            rows.append({"kind": "upsert", "key": out.key, "value": e.value, "ts": e.ts,
+                         "headers": _arrow_headers(e.headers), "expires_at": e.expires_at,
+                         "record_ttl": e.record_ttl, "removal_op": None})
+            folded.upserted += 1
+            if e.expires_at is not None and (folded.earliest_expiry is None
+                                             or e.expires_at < folded.earliest_expiry):
+                folded.earliest_expiry = e.expires_at
+        elif out.had_row:
+            rows.append({"kind": "delete", "key": out.key, "value": None, "ts": None,
+                         "headers": None, "expires_at": None, "record_ttl": None,
+                         "removal_op": out.removal_op})
+            if out.removal_op == "expire":
+                folded.expired += 1
+            else:
+                folded.deleted += 1
+    folded.changes = pa.Table.from_pylist(rows, schema=_changes_schema())
+    folded.rejects = pa.Table.from_pylist(
+        [{"key": j.record.key, "value": j.record.value, "timestamp": j.record.timestamp,
+          "headers": _arrow_headers(j.record.headers), "source_partition": j.record.partition,
+          "source_offset": j.record.offset, "reason": j.reason, "detail": j.detail}
+         for j in result.rejections], schema=_rejects_schema())
+    return folded

@@ -22,7 +22,8 @@ from ttl.model import Semantics
 from ttl.names import HEADER_TS, HEADER_TTL, OP_BATCH, PROP_STREAM_TIME_FLOOR, PROP_TTL
 from ttl.record import Entry, Headers, InputRecord, ValueTimestampHeaders
 from ttl.store import layout
-from ttl.store.write import INPUT_SCHEMA, WriteResult, apply_batch
+from ttl.store.fold import records_table
+from ttl.store.write import WriteResult, apply_batch
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,8 @@ class DeltaStore:
     def apply_batch(self, records, *, wall_ms: int | None = None, metadata: dict | None = None,
                     txn: tuple[str, int] | None = None, phases=None,
                     keep_changes: bool = False) -> WriteResult:
-        """Apply a DataFrame of input records (``INPUT_SCHEMA``) in one store commit."""
+        """Apply input records (an Arrow table or a DataFrame in ``INPUT_SCHEMA``) in one
+        store commit."""
         wall = self.wall_clock.now_ms() if wall_ms is None else wall_ms
         t0 = batch_clock(self.clock_kind, wall, self.stream_time.value)
         meta = {"op": OP_BATCH, "store": self.conf.name, "clock": self.clock_kind,
@@ -93,18 +95,8 @@ class DeltaStore:
         log.debug("batch v%s: %s", result.version, result.counts.as_dict())
         return result
 
-    def records_frame(self, records: Iterable[InputRecord]):
-        rows = [(r.key, r.value, r.timestamp, [(k, v) for k, v in r.headers], r.partition,
-                 r.offset) for r in records]
-        return self.spark.createDataFrame(rows, INPUT_SCHEMA)
-
-    def records_frame_from_arrow(self, table):
-        """A DataFrame over input records already read (an Arrow table in ``INPUT_SCHEMA``):
-        a local relation, so the batch write never reads the source again."""
-        return self.spark.createDataFrame(table, INPUT_SCHEMA)
-
     def apply_records(self, records: Iterable[InputRecord], **kwargs) -> WriteResult:
-        return self.apply_batch(self.records_frame(records), **kwargs)
+        return self.apply_batch(records_table(list(records)), **kwargs)
 
     # -- point writes (KIP-258 API) ---------------------------------------------------------
 
