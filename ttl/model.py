@@ -1,14 +1,16 @@
 """The write semantics of BRIEF §3, stated once, in plain Python.
 
-Three pure functions carry the whole contract, and every writer uses them:
+Pure functions carry the whole contract, and every writer uses them:
 
 * ``validate``: one input record -> a ``ValidRecord`` (timestamp decided, engine headers
   parsed and stripped) or a ``Rejection`` with a reason code, first failing rule wins;
 * ``fold_key``: the records of one key, in source offset order, applied one by one to the
   key's stored row with the batch clock T0;
-* ``ReferenceStore.apply_batch``: a micro-batch on a dict, the in-memory reference the Delta
-  store is tested against (the Spark path runs ``validate``/``fold_key`` on executors, so
-  the two cannot drift; the tests check the plumbing around them).
+* ``fold_batch``: a whole micro-batch (validation, grouping by key, order, counts) onto the
+  stored rows of its keys. The Delta store's batch write runs it on the driver;
+* ``ReferenceStore.apply_batch``: ``fold_batch`` on a dict, the in-memory reference the
+  Delta store is tested against (the two share the semantics, so they cannot drift; the
+  tests check the plumbing around them: lookup, MERGE, dead letters, stream time, replays).
 
 Decisions where the brief is silent (also in the README):
 
@@ -51,7 +53,7 @@ REASONS = (NULL_KEY, BAD_ENGINE_HEADER, MISSING_TIMESTAMP, FUTURE_TIMESTAMP, VAL
 
 @dataclass(frozen=True)
 class Semantics:
-    """The settings the write path depends on (picklable: it travels to executors)."""
+    """The settings the write path depends on."""
 
     ttl: int | None = None
     late_records: Literal["update", "drop"] = "update"

@@ -2,9 +2,9 @@
 
 ``expires_at = ts + ttl`` saturates at int64 max instead of wrapping (BRIEF §2): a record
 near the top of the range with a TTL must still "never" expire rather than expire in 1970.
-The rule is written once in Python (the reference model and the executors' fold) and once
-as a Spark column (restores, TTL changes, upgrades), and the tests hold both to each other
-at the int64 edges. Pure Python at import time: executors import this module.
+The rule is written once in Python (the reference model, which the batch write runs) and
+once as a Spark column (restores, TTL changes, upgrades), and the tests hold both to each
+other at the int64 edges. Pure Python at import time (no Spark needed to import it).
 """
 
 from __future__ import annotations

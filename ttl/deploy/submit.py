@@ -9,11 +9,10 @@ What it puts together:
   profile's ``[spark.settings]`` as ``--conf``;
 * the JVM jars: the local Maven bundle (``--jars``, default) or ``--packages`` coordinates
   (``--packages`` flag) for a cluster that resolves from Maven Central itself;
-* the ``ttl`` package as a wheel (``--py-files``): it is pure Python, so executors import it
-  straight from the shipped file, with no virtual environment to pack (third-party Python
-  dependencies, pyspark aside, are needed on the driver only: confluent-kafka, APScheduler,
-  pydantic, click run in the driver process; executors run ``ttl.model``/``ttl.store.fold``,
-  which need only the standard library and pyarrow, which PySpark's own Arrow path needs);
+* the ``ttl`` package as a wheel (``--py-files``): it is pure Python and runs on the
+  driver (the batch fold included), so there is no virtual environment to pack; its
+  third-party dependencies (confluent-kafka, APScheduler, pydantic, click, pyarrow) are
+  needed on the driver only, and executors run only Spark's and Delta's own code;
 * the profile itself with ``--files`` (and as the job's ``--conf`` argument).
 """
 

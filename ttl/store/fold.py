@@ -4,8 +4,9 @@ Why on the driver: a micro-batch is bounded (``stream.max_offsets_per_trigger``)
 stream already holds it as one Arrow table (its one read of the Kafka input); the stored
 rows of its keys come from one narrow lookup. Folding here runs the reference model itself
 (no second implementation to drift), with no shuffle, no Python workers and no
-materialized intermediate: measured on 2 cores, a 1-record batch's fold went from ~3 s of
-Spark jobs to milliseconds, and a 100k-record batch's from ~6 s to the model's own cost.
+materialized intermediate. Measured on 2 cores (README, Performance): a 100k-record batch's
+lookup and fold took 6.1 s as a Spark plan (semi-join, shuffle, ``mapInArrow``, local
+checkpoint, summary job) and take 1.9 s (lookup) + 2.1 s (the model, ~20 us a record) here.
 
 Outputs, all Arrow: ``changes`` (one row per key whose table row must change: ``upsert``
 with the final entry, or ``delete`` with ``removal_op`` delete/expire; exactly what the
