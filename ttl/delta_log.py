@@ -85,6 +85,12 @@ def latest_version(spark, path: str) -> int:
     return int(_jvm_log(spark, path).update(False, none, none).version())
 
 
+def table_id(spark, path: str) -> str:
+    """Delta's id of the table at ``path`` (a table recreated at the same path has another)."""
+    none = spark.sparkContext._jvm.scala.Option.empty()
+    return str(_jvm_log(spark, path).update(False, none, none).metadata().id())
+
+
 def commit_info(spark, path: str, version: int) -> Commit | None:
     """One commit read straight from its log file (no Spark job); ``None`` if the log no
     longer holds it (cleaned up after the log retention)."""

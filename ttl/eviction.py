@@ -105,7 +105,8 @@ def sweep(store, clock: SweepClock, t: int | None = None, *, dry_run: bool = Fal
         return result
     _, result.retries = retrying(delete, what=f"{clock} sweep at {t}")
     _record_outcome(store, result, before)
-    store.expiry_floor.after_sweep(before, delta_log.latest_version(store.spark, store.path), t)
+    store.expiry_floor.after_sweep(before, delta_log.latest_version(store.spark, store.path), t,
+                                   result.version)
     result.seconds = time.monotonic() - started
     log.info("%s", result.summary())
     return result
@@ -114,14 +115,15 @@ def sweep(store, clock: SweepClock, t: int | None = None, *, dry_run: bool = Fal
 def _earliest_expiry(store, version: int) -> int | None:
     """The driver's lower bound on the table's earliest expiry at ``version``, computed
     (one narrow aggregate) when unknown; ``None`` when the table moved meanwhile."""
-    known = store.expiry_floor.known_at(version)
+    table_id = delta_log.table_id(store.spark, store.path)
+    known = store.expiry_floor.known_at(version, table_id)
     if known is not None:
         return known
     value = earliest_expiry(store.spark, store.path)
     if delta_log.latest_version(store.spark, store.path) != version:
         return None  # another commit landed while we read: sweep without the shortcut
-    store.expiry_floor.set(version, value)
-    return store.expiry_floor.known_at(version)
+    store.expiry_floor.set(version, value, table_id)
+    return store.expiry_floor.known_at(version, table_id)
 
 
 def _record_outcome(store, result: SweepResult, before: int) -> None:

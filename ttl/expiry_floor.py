@@ -21,22 +21,30 @@ NEVER = INT64_MAX + 1
 
 
 class ExpiryFloor:
-    """``value`` <= every ``expires_at`` in the table at ``version`` (thread-safe)."""
+    """``value`` <= every ``expires_at`` in the table at ``version`` (thread-safe).
+
+    ``table_id`` (Delta's table id) guards against a table deleted and recreated at the same
+    path, whose version numbers start again.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.value: int | None = None
         self.version: int | None = None
+        self.table_id: str | None = None
 
-    def known_at(self, version: int) -> int | None:
-        """The bound if it is valid at ``version``, else ``None``."""
+    def known_at(self, version: int, table_id: str | None = None) -> int | None:
+        """The bound if it is valid at ``version`` (of table ``table_id``), else ``None``."""
         with self._lock:
+            if table_id is not None and table_id != self.table_id:
+                return None
             return self.value if self.version == version else None
 
-    def set(self, version: int, value: int | None) -> None:
+    def set(self, version: int, value: int | None, table_id: str | None = None) -> None:
         """The earliest expiry at ``version`` (``None``: nothing expires)."""
         with self._lock:
             self.version, self.value = version, NEVER if value is None else value
+            self.table_id = table_id
 
     def after_write(self, before: int, after: int, earliest_new: int | None) -> None:
         """Our write moved the table from ``before`` to ``after`` (one commit), adding rows
@@ -49,11 +57,13 @@ class ExpiryFloor:
                 self.value = min(self.value, earliest_new)
             self.version = after
 
-    def after_sweep(self, before: int, after: int, t: int) -> None:
-        """A sweep at ``t`` moved the table from ``before`` to ``after``: nothing left
-        expires at or before ``t``."""
+    def after_sweep(self, before: int, after: int, t: int, own: int | None) -> None:
+        """A sweep at ``t`` started at ``before``; the table is now at ``after`` and the
+        sweep's own commit is ``own`` (``None``: it deleted nothing and made none). Nothing
+        left expires at or before ``t`` only if no other commit came in between."""
         with self._lock:
-            if self.version != before or after not in (before, before + 1):
+            if self.version != before or not (after == before
+                                              or (own == after == before + 1)):
                 self.version = self.value = None
                 return
             self.value = max(self.value, t + 1)

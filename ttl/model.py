@@ -208,7 +208,9 @@ def fold_key(key: bytes, existing: Entry | None, records: Sequence[ValidRecord],
 
 
 def order_key(rec: ValidRecord | InputRecord) -> tuple[int, int]:
-    return (rec.partition, rec.offset)
+    """(partition, offset), a missing one first (records given without a source position)."""
+    return (INT64_MIN if rec.partition is None else rec.partition,
+            INT64_MIN if rec.offset is None else rec.offset)
 
 
 @dataclass

@@ -13,17 +13,35 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+_GROUP = "spark.jobGroup.id"
+
 
 class BatchPhases:
-    """Timers for one batch; ``with phases.phase("write"): ...``."""
+    """Timers for one batch; ``with phases.phase("write"): ...``.
+
+    Inside a streaming query's ``foreachBatch`` the thread already carries the query's job
+    group (``query.stop()`` cancels the running batch's jobs through it): it is kept, and
+    the batch's jobs are those of the group that are new since the batch began. Only a
+    thread without a group gets one of its own, removed again by ``close``.
+    """
 
     def __init__(self, spark=None) -> None:
         self.started = time.monotonic()
         self.seconds: dict[str, float] = {}
         self._sc = spark.sparkContext if spark is not None else None
-        self._group = f"ttl-batch-{uuid.uuid4().hex}"
-        if self._sc is not None:
+        self._own_group = False
+        self._before: set[int] = set()
+        if self._sc is None:
+            return
+        self._group = self._sc.getLocalProperty(_GROUP)
+        if self._group is None:
+            self._group = f"ttl-batch-{uuid.uuid4().hex}"
             self._sc.setJobGroup(self._group, "ttl batch", interruptOnCancel=False)
+            self._own_group = True
+        self._before = self._job_ids()
+
+    def _job_ids(self) -> set[int]:
+        return set(self._sc.statusTracker().getJobIdsForGroup(self._group))
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -37,13 +55,14 @@ class BatchPhases:
         """Spark jobs started by this thread since the batch began (``None`` without Spark)."""
         if self._sc is None:
             return None
-        return len(self._sc.statusTracker().getJobIdsForGroup(self._group))
+        return len(self._job_ids() - self._before)
 
     def close(self) -> None:
-        """Stop tagging this thread's jobs with the batch's group."""
-        if self._sc is not None:
-            self._sc.setLocalProperty("spark.jobGroup.id", None)
+        """Remove the group this object set (never the query's own)."""
+        if self._own_group:
+            self._sc.setLocalProperty(_GROUP, None)
             self._sc.setLocalProperty("spark.job.description", None)
+            self._sc.setLocalProperty("spark.job.interruptOnCancel", None)
 
     def as_dict(self) -> dict[str, float]:
         out = {k: round(v, 3) for k, v in self.seconds.items()}

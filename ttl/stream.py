@@ -2,13 +2,18 @@
 
 Per micro-batch (``foreachBatch``, under the store's write lock):
 
-1. convert Spark's Kafka rows (timestamp in ms, headers, partition, offset);
+1. read Spark's Kafka rows once, as Arrow (timestamp in ms, headers, partition, offset);
 2. apply them to the store in one commit with the idempotent txn id
    ``ttl:<store>:batch:<query id>`` / batch id, so a batch replayed after a crash is not
    applied twice (a new checkpoint gets a new query id, so restarting batch ids cannot
    collide); the commit records the input offsets it consumed and the stream time;
-3. run a stream-time sweep when stream time has advanced ``eviction.stream_interval``;
-4. publish the changelog up to the new version (one fenced transactional publisher).
+3. publish the changelog up to the new version (one fenced transactional publisher; the
+   batch's own version from the rows it wrote when that is exact);
+4. run a stream-time sweep when stream time has advanced ``eviction.stream_interval``, and
+   publish its tombstones.
+
+Each batch logs where its time went (``ttl.phases``), its Spark jobs and its write's
+Delta metrics.
 
 Wall-clock sweeps run on the driver's APScheduler, in their own Spark session, serialized
 with the batches through the same lock. The job holds the store's lease while it runs.
@@ -199,10 +204,10 @@ class StreamJob:
                     published = self._publish(result)
                     records_published = published.records
                 with phases.phase("sweep"):
-                    evicted = self._stream_sweep()
-                if evicted["stream"]:
+                    evicted, swept = self._stream_sweep()
+                if swept:
                     with phases.phase("publish"):
-                        published = self._publish()  # the sweep's tombstones
+                        published = self._publish()  # the sweep's tombstones, if it made any
                         records_published += published.records
             finally:
                 self.lock.release()
@@ -236,19 +241,23 @@ class StreamJob:
         done = sum(min(offsets.get(str(p), 0), end) for p, end in self.end_offsets.items())
         return f"{done}/{sum(self.end_offsets.values())}"
 
-    def _stream_sweep(self) -> dict:
+    def _stream_sweep(self) -> tuple[dict, bool]:
+        """A stream-time sweep when stream time moved ``eviction.stream_interval``; returns
+        the evicted count and whether the sweep made a commit (tombstones to publish)."""
         evicted = {"stream": 0}
         if self.conf.eviction.clock not in ("stream", "both"):
-            return evicted
+            return evicted, False
         now = self.store.stream_time.value
         if now is None:
-            return evicted
+            return evicted, False
         due = (self._last_stream_sweep is None
                or now - self._last_stream_sweep >= self.conf.eviction.stream_interval)
         if due:
-            evicted["stream"] = eviction.sweep(self.store, "stream", now).evicted
+            swept = eviction.sweep(self.store, "stream", now)
+            evicted["stream"] = swept.evicted
             self._last_stream_sweep = now
-        return evicted
+            return evicted, swept.version is not None
+        return evicted, False
 
     def _publish(self, written=None):
         """Publish every unpublished version; the batch's own version from the changes it

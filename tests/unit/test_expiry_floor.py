@@ -24,9 +24,9 @@ def test_own_writes_lower_it_and_sweeps_raise_it():
     assert floor.known_at(2) == 300
     floor.after_write(2, 3, None)  # removals only: the minimum cannot drop
     assert floor.known_at(3) == 300
-    floor.after_sweep(3, 4, 400)  # nothing at or before 400 is left
+    floor.after_sweep(3, 4, 400, own=4)  # nothing at or before 400 is left
     assert floor.known_at(4) == 401
-    floor.after_sweep(4, 4, 350)  # a sweep that deleted nothing made no commit
+    floor.after_sweep(4, 4, 350, own=None)  # a sweep that deleted nothing made no commit
     assert floor.known_at(4) == 401
 
 
@@ -39,8 +39,18 @@ def test_any_version_it_did_not_make_forgets_it():
     floor.after_write(3, 5, 600)  # our write was not the only commit
     assert floor.known_at(5) is None
     floor.set(5, 500)
-    floor.after_sweep(5, 7, 900)
+    floor.after_sweep(5, 7, 900, own=7)
     assert floor.known_at(7) is None
+    floor.set(7, 500)
+    floor.after_sweep(7, 8, 900, own=None)  # it deleted nothing; someone else committed
+    assert floor.known_at(8) is None
+
+
+def test_a_table_recreated_at_the_same_path_is_another_table():
+    floor = ExpiryFloor()
+    floor.set(3, 100, table_id="old")
+    assert floor.known_at(3, "old") == 100
+    assert floor.known_at(3, "new") is None
 
 
 def test_next_offsets_per_partition_from_one_arrow_read():

@@ -7,6 +7,9 @@ Design, and why it keeps "replaying the changelog rebuilds the table":
   publishes each key once per version as its final state there: a put if the version ends
   with the key present (an ``insert`` or ``update_postimage`` row), else a tombstone. A
   version that deletes and re-inserts a key (overwrite, restore) therefore publishes the put.
+  The one exception, ``publish_known``: the stream's batch version, published from the rows
+  the batch wrote when they provably are that version's change feed (one row per key, the
+  final state), which saves reading it back.
 * **Expiry is told from commit metadata**: a sweep's commit says ``op=sweep`` and its clock;
   a batch lists the keys it removed as expired on arrival. Anything else is a delete.
 * **One transaction per group of whole versions**, with the progress record (last version,

@@ -16,11 +16,13 @@ Plan, per micro-batch (the records arrive as one Arrow table, the stream's one r
 The stored rows are read before the MERGE; that is safe because a store has one writer at a
 time (BRIEF §4, the lease), and sweeps are serialized with batches in the same driver. The
 changed rows are handed back (``keep_changes``) when they provably equal the commit's change
-feed, so the publisher need not read it back.
+feed (the commit carrying this write's id is the version right after the lookup's), so the
+publisher need not read it back.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -33,6 +35,8 @@ from ttl.store.fold import CHANGES_SCHEMA, INPUT_SCHEMA, REJECTS_SCHEMA, fold, i
 from ttl.store.layout import set_properties
 
 __all__ = ["INPUT_SCHEMA", "WriteResult", "apply_batch"]
+
+MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
 
 
 @dataclass
@@ -86,14 +90,23 @@ def _write_dead_letters(spark, rejects, dead_letter_path: str, wall_ms: int,
 
 
 def _merge(spark, path: str, changes, wall_ms: int) -> None:
-    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
     changes = spark.createDataFrame(changes, CHANGES_SCHEMA).withColumn(
         "key_hash", F.xxhash64("key"))
-    # The source is a local relation (the driver's Arrow rows): deterministic, so MERGE's
-    # own materialization of its source would only copy it.
-    spark.conf.set("spark.databricks.delta.merge.materializeSource", "none")
+    # The source is the driver's Arrow rows, deterministic: MERGE's own materialization of
+    # its source would only copy them. Set for this MERGE only (the session is the store's).
+    spark.conf.set(MATERIALIZE_SOURCE, "none")
+    try:
+        _merge_into(spark, path, changes, wall_ms)
+    finally:
+        spark.conf.unset(MATERIALIZE_SOURCE)
+
+
+def _merge_into(spark, path: str, changes, wall_ms: int) -> None:
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
     (
         DeltaTable.forPath(spark, path).alias("t")
         .merge(changes.alias("s"), "t.key_hash = s.key_hash AND t.key = s.key")
@@ -141,8 +154,8 @@ def apply_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
     ``stream_time``; it is raised to include this batch's records before committing.
     ``phases`` (a ``ttl.phases.BatchPhases``) times the steps. With ``keep_changes`` the
     result carries the rows the commit changed (``WriteResult.changes``, Arrow) when they
-    provably equal its change data feed: the table was at the lookup's version until this
-    write, and the write made exactly one version.
+    provably equal its change data feed: the commit carrying this write's id is the version
+    right after the one the lookup read.
     """
     phases = phases or BatchPhases()
     table = records if hasattr(records, "num_rows") else records.toArrow()
@@ -163,7 +176,7 @@ def apply_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
     after = before if result.max_ts is None else (
         result.max_ts if before is None else max(before, result.max_ts))
     final_meta = {**metadata, "stream_time": after, "t0": t0, "wall": wall_ms,
-                  "expired_keys": folded.expired_keys}
+                  "expired_keys": folded.expired_keys, "write_id": uuid.uuid4().hex}
     if folded.rejects.num_rows:
         with phases.phase("dead_letters"):
             _write_dead_letters(spark, folded.rejects, dead_letter_path, wall_ms, txn)
@@ -174,12 +187,16 @@ def apply_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
                 _merge(spark, path, folded.changes, wall_ms)
             else:
                 _empty_commit(spark, path, final_meta)
-        result.version = delta_log.latest_version(spark, path)
-        result.applied = result.version != version_before
-        if result.applied:
-            written = delta_log.commit_info(spark, path, result.version)
-            metrics = written.metrics if written is not None else {}
-            result.metrics = {k: int(metrics[k]) for k in LOGGED_METRICS if k in metrics}
+        # Our commit is the one carrying this write's id: a replay skipped by its txn id
+        # makes none, and another writer's commit in the meantime is not ours.
+        written = delta_log.find_commit(spark, path, op=final_meta.get("op"), key="write_id",
+                                        value=final_meta["write_id"], since=version_before)
+        result.applied = written is not None
+        result.version = (written.version if written is not None
+                          else delta_log.latest_version(spark, path))
+        if written is not None:
+            result.metrics = {k: int(v) for k, v in written.metrics.items()
+                              if k in LOGGED_METRICS}
     if (keep_changes and result.applied and lookup_version == version_before
             and result.version == version_before + 1):
         result.changes = folded.changes.select(
