@@ -74,6 +74,14 @@ def _jvm_log(spark, path: str):
     return jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
 
 
+def position(spark, path: str) -> tuple[int, str]:
+    """The table's current version and Delta table id, from one look at the log (a table
+    recreated at the same path has another id and starts its versions again)."""
+    none = spark.sparkContext._jvm.scala.Option.empty()
+    snapshot = _jvm_log(spark, path).update(False, none, none)
+    return int(snapshot.version()), str(snapshot.metadata().id())
+
+
 def latest_version(spark, path: str) -> int:
     """The table's current version, commits of other processes included.
 
@@ -83,12 +91,6 @@ def latest_version(spark, path: str) -> int:
     """
     none = spark.sparkContext._jvm.scala.Option.empty()
     return int(_jvm_log(spark, path).update(False, none, none).version())
-
-
-def table_id(spark, path: str) -> str:
-    """Delta's id of the table at ``path`` (a table recreated at the same path has another)."""
-    none = spark.sparkContext._jvm.scala.Option.empty()
-    return str(_jvm_log(spark, path).update(False, none, none).metadata().id())
 
 
 def commit_info(spark, path: str, version: int) -> Commit | None:

@@ -96,8 +96,8 @@ def sweep(store, clock: SweepClock, t: int | None = None, *, dry_run: bool = Fal
         with commit.commit_settings(store.spark, meta):
             store.spark.sql(f"DELETE FROM delta.`{store.path}` WHERE {predicate}")
 
-    before = delta_log.latest_version(store.spark, store.path)
-    earliest = _earliest_expiry(store, before)
+    before, table_id = delta_log.position(store.spark, store.path)
+    earliest = _earliest_expiry(store, before, table_id)
     if earliest is not None and t < earliest:  # nothing due: no DELETE, no commit, no job
         result.nothing_due = earliest
         result.seconds = time.monotonic() - started
@@ -112,10 +112,9 @@ def sweep(store, clock: SweepClock, t: int | None = None, *, dry_run: bool = Fal
     return result
 
 
-def _earliest_expiry(store, version: int) -> int | None:
+def _earliest_expiry(store, version: int, table_id: str) -> int | None:
     """The driver's lower bound on the table's earliest expiry at ``version``, computed
     (one narrow aggregate) when unknown; ``None`` when the table moved meanwhile."""
-    table_id = delta_log.table_id(store.spark, store.path)
     known = store.expiry_floor.known_at(version, table_id)
     if known is not None:
         return known

@@ -19,21 +19,9 @@ from dataclasses import dataclass
 
 from ttl.model import BatchResult, Semantics, fold_batch
 from ttl.record import Entry, Headers, InputRecord
-from ttl.store.layout import HEADERS_TYPE, headers_arrow_type
+from ttl.store.layout import headers_arrow_type
 
 INPUT_COLUMNS = ("key", "value", "timestamp", "headers", "partition", "offset")
-INPUT_SCHEMA = (
-    f"key binary, value binary, timestamp bigint, headers {HEADERS_TYPE}, partition int, "
-    "offset bigint"
-)
-CHANGES_SCHEMA = (
-    f"kind string, key binary, value binary, ts bigint, headers {HEADERS_TYPE}, "
-    "expires_at bigint, record_ttl bigint, removal_op string"
-)
-REJECTS_SCHEMA = (
-    f"key binary, value binary, timestamp bigint, headers {HEADERS_TYPE}, "
-    "source_partition int, source_offset bigint, reason string, detail string"
-)
 
 
 @dataclass
@@ -41,8 +29,8 @@ class Folded:
     """A batch after the fold: the model's result and the rows to write."""
 
     result: BatchResult
-    changes: object  # pa.Table in CHANGES_SCHEMA
-    rejects: object  # pa.Table in REJECTS_SCHEMA
+    changes: object  # pa.Table in ``_changes_schema()``
+    rejects: object  # pa.Table in ``_rejects_schema()`` (the dead-letter columns)
     upserted: int = 0
     deleted: int = 0
     expired: int = 0
@@ -64,7 +52,7 @@ def _arrow_headers(headers: Headers) -> list[dict]:
 
 
 def input_records(table) -> list[InputRecord]:
-    """Arrow rows in ``INPUT_SCHEMA`` -> the model's records (source order kept)."""
+    """Arrow rows in ``input_arrow_schema()`` -> the model's records (source order kept)."""
     return [InputRecord(r["key"], r["value"], r["timestamp"], _headers(r["headers"]),
                         r["partition"], r["offset"])
             for batch in table.select(list(INPUT_COLUMNS)).to_batches()
@@ -72,7 +60,7 @@ def input_records(table) -> list[InputRecord]:
 
 
 def records_table(records: list[InputRecord]):
-    """The model's records -> Arrow in ``INPUT_SCHEMA`` (the point API's batches)."""
+    """The model's records -> Arrow in ``input_arrow_schema()`` (the point API's batches)."""
     import pyarrow as pa
 
     return pa.Table.from_pylist(
@@ -82,6 +70,8 @@ def records_table(records: list[InputRecord]):
 
 
 def input_arrow_schema():
+    """The input records' schema, stated once in Arrow: Spark takes the changes and dead
+    letters built from it as they are (``createDataFrame`` of an Arrow table)."""
     import pyarrow as pa
 
     return pa.schema([("key", pa.binary()), ("value", pa.binary()),

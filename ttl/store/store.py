@@ -79,8 +79,8 @@ class DeltaStore:
     def apply_batch(self, records, *, wall_ms: int | None = None, metadata: dict | None = None,
                     txn: tuple[str, int] | None = None, phases=None,
                     keep_changes: bool = False) -> WriteResult:
-        """Apply input records (an Arrow table or a DataFrame in ``INPUT_SCHEMA``) in one
-        store commit."""
+        """Apply input records (an Arrow table or a DataFrame in
+        ``fold.input_arrow_schema()``) in one store commit."""
         wall = self.wall_clock.now_ms() if wall_ms is None else wall_ms
         t0 = batch_clock(self.clock_kind, wall, self.stream_time.value)
         meta = {"op": OP_BATCH, "store": self.conf.name, "clock": self.clock_kind,

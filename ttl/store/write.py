@@ -31,10 +31,10 @@ from ttl.model import Counts, Semantics
 from ttl.names import PROP_LAST_NOOP_BATCH, PROP_STREAM_TIME_FLOOR
 from ttl.phases import BatchPhases
 from ttl.record import Entry
-from ttl.store.fold import CHANGES_SCHEMA, INPUT_SCHEMA, REJECTS_SCHEMA, fold, input_records
+from ttl.store.fold import fold, input_records
 from ttl.store.layout import set_properties
 
-__all__ = ["INPUT_SCHEMA", "WriteResult", "apply_batch"]
+__all__ = ["WriteResult", "apply_batch"]
 
 MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
 
@@ -81,7 +81,7 @@ def _write_dead_letters(spark, rejects, dead_letter_path: str, wall_ms: int,
                         txn: tuple[str, int] | None) -> None:
     from pyspark.sql import functions as F
 
-    rejected = spark.createDataFrame(rejects, REJECTS_SCHEMA).withColumn(
+    rejected = spark.createDataFrame(rejects).withColumn(
         "rejected_at", F.lit(wall_ms).cast("bigint"))
     writer = rejected.write.format("delta").mode("append")
     if txn is not None:
@@ -92,7 +92,7 @@ def _write_dead_letters(spark, rejects, dead_letter_path: str, wall_ms: int,
 def _merge(spark, path: str, changes, wall_ms: int) -> None:
     from pyspark.sql import functions as F
 
-    changes = spark.createDataFrame(changes, CHANGES_SCHEMA).withColumn(
+    changes = spark.createDataFrame(changes).withColumn(
         "key_hash", F.xxhash64("key"))
     # The source is the driver's Arrow rows, deterministic: MERGE's own materialization of
     # its source would only copy them. Set for this MERGE only (the session is the store's).
@@ -147,8 +147,8 @@ def apply_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
                 wall_ms: int, t0: int, metadata: dict,
                 txn: tuple[str, int] | None = None, phases=None,
                 keep_changes: bool = False) -> tuple[WriteResult, dict]:
-    """Apply ``records`` (an Arrow table, or a DataFrame, in ``INPUT_SCHEMA``) in one store
-    commit; returns the result and the final metadata.
+    """Apply ``records`` (an Arrow table, or a DataFrame, in ``fold.input_arrow_schema()``)
+    in one store commit; returns the result and the final metadata.
 
     ``metadata`` must already hold the stream time *before* the batch under
     ``stream_time``; it is raised to include this batch's records before committing.
