@@ -43,6 +43,9 @@ from ttl.timestamps import INT64_MAX, INT64_MIN, NO_TIMESTAMP
 BASE_MS = 1_700_000_000_000  # 2023-11-14: an ordinary wall clock
 DAY_MS = 86_400_000
 KEYS: tuple[bytes, ...] = (b"a", b"", b"b", b"\x00\xff", "ключ".encode())
+#: A pool wide enough that most keys appear once in a batch: the batch fold's vectorized
+#: path takes those (``ttl.store.fold``), the small pool's collisions go to the model.
+WIDE_KEYS: tuple[bytes, ...] = KEYS + tuple(b"k%02d" % i for i in range(40))
 PARTITIONS = 2
 
 # Per-record and store TTLs: tiny (expire within a few batches), ordinary, and saturating.

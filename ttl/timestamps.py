@@ -26,6 +26,18 @@ def expiry(ts: int, ttl_ms: int | None) -> int | None:
     return None if ttl_ms is None else saturating_add(ts, ttl_ms)
 
 
+def expiry_arrow(ts, ttl_ms: int | None):
+    """The same rule on a numpy int64 array of timestamps and one TTL -> an Arrow int64
+    array (all NULL when no TTL applies): the vectorized batch fold's expiries."""
+    import numpy as np
+    import pyarrow as pa
+
+    if ttl_ms is None:
+        return pa.nulls(len(ts), pa.int64())
+    with np.errstate(over="ignore"):  # the wrapped sums are the ones replaced by the max
+        return pa.array(np.where(ts > INT64_MAX - ttl_ms, INT64_MAX, ts + ttl_ms), pa.int64())
+
+
 def expiry_column(ts, ttl):
     """The same rule as a Spark column; ``ts`` and ``ttl`` are columns (or column names).
 

@@ -2,7 +2,9 @@
 
 Generated operation sequences (``tests/strategies.py``) run through the real Spark path and
 through ``ttl.model.ReferenceStore``; after each batch the whole table (expired-but-unswept
-rows included), the counts, the dead letters and stream time must be equal. Each Delta commit
+rows included), the counts, the dead letters and stream time must be equal. Half the
+sequences draw keys from a wide pool, so the batch fold's vectorized path (one plain record
+of a key) runs against the table as well as the model's path (collisions). Each Delta commit
 costs seconds, so CI runs a few dozen sequences with a fixed seed and no shrinking;
 ``TTL_LONG=1`` runs many more.
 """
@@ -16,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from tests.strategies import CLOCKS, batches, semantics
+from tests.strategies import CLOCKS, KEYS, WIDE_KEYS, batches, semantics
 from ttl.clock import FixedClock
 from ttl.config import StoreConfig
 from ttl.model import ReferenceStore
@@ -32,7 +34,8 @@ EXAMPLES = 300 if os.environ.get("TTL_LONG") else 30
           phases=[Phase.explicit, Phase.generate],
           suppress_health_check=list(HealthCheck))
 @given(sem=semantics(), clock=CLOCKS,
-       plan=batches(min_batches=1, max_batches=3, max_records=12))
+       plan=st.sampled_from((KEYS, WIDE_KEYS)).flatmap(
+           lambda keys: batches(min_batches=1, max_batches=3, max_records=12, keys=keys)))
 def test_delta_store_equals_reference_model_after_every_batch(spark, tmp_path_factory, sem,
                                                               clock, plan):
     path = str(tmp_path_factory.mktemp("model") / uuid.uuid4().hex)

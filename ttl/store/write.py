@@ -4,8 +4,9 @@ Plan, per micro-batch (the records arrive as one Arrow table, the stream's one r
 
 1. **lookup**: the stored ts and expiry of the batch's keys (a broadcast semi-join on
    ``key_hash`` and ``key``, narrow columns; value and headers are never needed);
-2. **fold** on the driver with the reference model itself (``ttl.store.fold``):
-   validation, per-key fold with T0, counts, the batch's max timestamp, the changed rows;
+2. **fold** on the driver (``ttl.store.fold``: vectorized for a key's one plain record, the
+   reference model itself for the rest): validation, per-key fold with T0, counts, the
+   batch's max timestamp, the changed rows;
 3. rejected records go to the dead-letter table (its own idempotent append);
 4. **write**: one MERGE applies the per-key changes, carrying the commit metadata (stream
    time, T0, expired-on-arrival keys, the caller's input offsets) and, if given, the
@@ -30,8 +31,7 @@ from ttl import commit, delta_log
 from ttl.model import Counts, Semantics
 from ttl.names import PROP_LAST_NOOP_BATCH, PROP_STREAM_TIME_FLOOR
 from ttl.phases import BatchPhases
-from ttl.record import Entry
-from ttl.store.fold import fold, input_records
+from ttl.store.fold import STORED_COLUMNS, batch_keys, fold_table, stored_arrow_schema
 from ttl.store.layout import set_properties
 
 __all__ = ["WriteResult", "apply_batch"]
@@ -57,24 +57,22 @@ class WriteResult:
     changes: object = None  # Arrow: the rows the commit changed (``keep_changes``)
 
 
-def _lookup(spark, path: str, keys: list[bytes]) -> dict[bytes, Entry]:
-    """ts, expiry and per-record TTL of the stored rows of ``keys`` (value and headers left
-    out: the fold never needs them). The keys are broadcast to the table's scan, so the
-    table's rows are never shuffled."""
+def _lookup(spark, path: str, keys):
+    """ts, expiry and per-record TTL of the stored rows of ``keys`` (an Arrow binary array),
+    as Arrow in ``fold.stored_arrow_schema()`` (value and headers left out: the fold never
+    needs them). The keys are broadcast to the table's scan, so the table's rows are never
+    shuffled."""
     import pyarrow as pa
     from pyspark.sql import functions as F
 
-    if not keys:
-        return {}
-    wanted = (spark.createDataFrame(pa.table({"key": pa.array(keys, pa.binary())}),
-                                    "key binary")
+    if not len(keys):
+        return stored_arrow_schema().empty_table()
+    wanted = (spark.createDataFrame(pa.table({"key": keys}), "key binary")
               .withColumn("key_hash", F.xxhash64("key")))
-    found = (spark.read.format("delta").load(path)
-             .select("key_hash", "key", "ts", "expires_at", "record_ttl")
-             .join(F.broadcast(wanted), ["key_hash", "key"], "left_semi")
-             .select("key", "ts", "expires_at", "record_ttl").toArrow())
-    return {r["key"]: Entry(b"", r["ts"], (), r["expires_at"], r["record_ttl"])
-            for r in found.to_pylist()}
+    return (spark.read.format("delta").load(path)
+            .select("key_hash", *STORED_COLUMNS)
+            .join(F.broadcast(wanted), ["key_hash", "key"], "left_semi")
+            .select(*STORED_COLUMNS).toArrow())
 
 
 def _write_dead_letters(spark, rejects, dead_letter_path: str, wall_ms: int,
@@ -159,18 +157,14 @@ def apply_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
     """
     phases = phases or BatchPhases()
     table = records if hasattr(records, "num_rows") else records.toArrow()
-    with phases.phase("fold"):
-        inputs = input_records(table)
-        keys = list({r.key for r in inputs if r.key is not None})
     with phases.phase("lookup"):
         lookup_version = delta_log.latest_version(spark, path)
-        stored = _lookup(spark, path, keys)
+        stored = _lookup(spark, path, batch_keys(table))
     with phases.phase("fold"):
-        folded = fold(inputs, stored, wall_ms, t0, sem)
-    batch = folded.result
-    result = WriteResult(batch.counts, batch.stream_time, rows_upserted=folded.upserted,
+        folded = fold_table(table, stored, wall_ms, t0, sem)
+    result = WriteResult(folded.counts, folded.max_ts, rows_upserted=folded.upserted,
                          rows_deleted=folded.deleted, rows_expired=folded.expired,
-                         rejected_by_reason=batch.counts.rejected,
+                         rejected_by_reason=folded.counts.rejected,
                          earliest_expiry=folded.earliest_expiry)
     before = metadata.get("stream_time")
     after = before if result.max_ts is None else (
