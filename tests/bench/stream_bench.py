@@ -388,7 +388,8 @@ def wait_for(check, timeout: float, what: str, proc: subprocess.Popen, err_path:
         raise RuntimeError(f"{exc}:\n{tail(err_path)}") from None
 
 
-def latency(work: Path, kafka: LocalKafka, args) -> None:
+def latency(work: Path, kafka: LocalKafka, args) -> dict | None:
+    """Prints the trickle's figures; returns latency p50/p99 (s) send -> changelog received."""
     conf_path = write_conf(work, kafka, trigger=args.trigger,
                            sweep_interval=args.sweep_interval, lease=args.lease)
     conf = load(conf_path)
@@ -506,6 +507,7 @@ def latency(work: Path, kafka: LocalKafka, args) -> None:
     else:
         print("  no ttl.batch line logged while measuring")
     print_publications_sweeps_summary(log_text, out_path, measure_from)
+    return {"p50": pct(lat, 0.5), "p99": pct(lat, 0.99)} if lat else None
 
 
 # -- main -----------------------------------------------------------------------------------------

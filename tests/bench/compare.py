@@ -1,0 +1,376 @@
+"""Benchmark: ``ttl`` against two hand-written baselines and the machine's ceilings, one run.
+
+    .venv/bin/python -m tests.bench.compare                         # W1/W2 of 1,000,000 records
+    .venv/bin/python -m tests.bench.compare --records 200000        # a quicker run
+    .venv/bin/python -m tests.bench.compare --skip-b --skip-latency # parts can be left out
+
+Starts a local Kafka broker, produces each workload once into one input topic (2
+partitions), and runs every system over the same records, one after the other:
+
+* **ttl**: ``ttl run --conf FILE --available-now`` in a subprocess, as a user runs it
+  (``max_offsets_per_trigger = 100000``, TTL 1 day, changelog published);
+* **A, a hand-written Delta job**: Kafka source, ``foreachBatch``: the last record per key by
+  (timestamp, offset), one MERGE upsert (last writer wins on ts; a null value deletes), and a
+  ``DELETE WHERE expires_at <= now`` every 10 s; no changelog, no dead letters;
+* **B, PySpark ``transformWithState``**: a ``ValueState`` with a TTL (``ttlDurationMs``),
+  RocksDB state store, Kafka in, every change out to a Kafka topic;
+* **ceilings**: draining the input topic with a plain confluent-kafka consumer, and Spark
+  writing the same number of rows of the same shape to Parquet.
+
+Workloads: **W1** ``--records`` new keys; **W2** ``--records`` updates over those keys
+(uniform, 5% out of order by up to an hour, 1% deletes); both 100-byte values and 2 headers.
+**W3** (ttl only): a trickle of 20 records/s for ``--trickle-seconds``, latency from produce
+to changelog record. **W4**: ``ttl restore`` of the changelog W1+W2 left, against draining
+that changelog with a plain consumer.
+
+Records/s of a streaming run is over the sum of its batch durations (``ttl.batch``
+``duration_s``; ``lastProgress`` ``triggerExecution`` for A and B), so JVM and Python worker
+start-up do not count; ttl's end-to-end wall time (start-up included) is printed beside it.
+Absolute figures move with the machine's load; the ratios, from one run, are the result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from tests.bench import stream_bench as sb
+from tests.bench.machine import machine_facts
+from ttl.config import load
+from ttl.local.kafka import LocalKafka
+
+TTL_MS = 86_400_000
+MAX_OFFSETS = 100_000
+EOF = -191  # KafkaError._PARTITION_EOF
+
+
+# -- workloads ----------------------------------------------------------------------------------
+
+def key_of(i: int) -> bytes:
+    return b"k%08d" % i
+
+
+def produce(bootstrap: str, name: str, records: int, *, updates: bool, seed: int) -> float:
+    """W1 (``updates`` false): keys 0..records-1 once each; W2: uniform updates over them,
+    5% out of order (timestamp up to an hour back), 1% deletes. 100-byte values, 2 headers.
+    Returns seconds."""
+    rng = random.Random(seed)
+    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random",
+                         "linger.ms": 50, "batch.size": 1_000_000, "compression.type": "lz4",
+                         "queue.buffering.max.messages": 1_000_000,
+                         "queue.buffering.max.kbytes": 1_048_576, "log_level": 3})
+    pad = b"v" * 100
+    started = time.monotonic()
+    for i in range(records):
+        key = key_of(rng.randrange(records) if updates else i)
+        ts = sb.now_ms()
+        value: bytes | None = (b"%d:" % i + pad)[:100]
+        if updates:
+            roll = rng.random()
+            if roll < 0.01:
+                value = None
+            elif roll < 0.06:
+                ts -= rng.randrange(1, 3_600_000)
+        headers = [("source", b"bench"), ("seq", b"%d" % i)]
+        while True:
+            try:
+                producer.produce(name, key=key, value=value, timestamp=ts, headers=headers)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    if producer.flush(120):
+        raise RuntimeError("input records not delivered")
+    return time.monotonic() - started
+
+
+def consume_ceiling(bootstrap: str, name: str) -> tuple[int, float]:
+    """Drain ``name`` from the beginning to its end offsets: (records, seconds)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"c-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "enable.partition.eof": True,
+                         "isolation.level": "read_committed", "log_level": 3})
+    try:
+        parts = consumer.list_topics(name, timeout=30).topics[name].partitions
+        consumer.assign([TopicPartition(name, p, 0) for p in parts])
+        count, eof = 0, set()
+        started = time.monotonic()
+        while len(eof) < len(parts):
+            for msg in consumer.consume(10_000, 1.0):
+                if msg.error() is None:
+                    count += 1
+                elif msg.error().code() == EOF:
+                    eof.add(msg.partition())
+        return count, time.monotonic() - started
+    finally:
+        consumer.close()
+
+
+def parquet_ceiling(spark, records: int, path: str) -> float:
+    """Spark writing ``records`` rows shaped like the input (key, 100-byte value, ts, two
+    headers) to Parquet, generated in the JVM: seconds."""
+    from pyspark.sql import functions as F
+
+    rows = spark.range(records).select(
+        F.format_string("k%08d", "id").cast("binary").alias("key"),
+        F.expr("cast(repeat('v', 100) as binary)").alias("value"),
+        (F.unix_millis(F.current_timestamp()) + F.col("id")).alias("ts"),
+        F.array(F.struct(F.lit("source").alias("key"), F.lit(b"bench").alias("value")),
+                F.struct(F.lit("seq").alias("key"),
+                         F.col("id").cast("string").cast("binary").alias("value"))
+                ).alias("headers"))
+    started = time.monotonic()
+    rows.write.mode("overwrite").parquet(path)
+    return time.monotonic() - started
+
+
+# -- the systems --------------------------------------------------------------------------------
+
+class Run:
+    """One system over one workload: records, batch durations, wall time, extras."""
+
+    def __init__(self, system: str, records: int, durations: list[float], wall: float,
+                 **extra) -> None:
+        self.system, self.records, self.durations, self.wall = system, records, durations, wall
+        self.extra = extra
+
+    @property
+    def rate(self) -> float:
+        busy = sum(self.durations)
+        return self.records / busy if busy else 0.0
+
+    def line(self, workload: str) -> str:
+        d = self.durations or [0.0]
+        return (f"  {workload} {self.system:<28} {self.rate:>10,.0f} rec/s  batches "
+                f"{len(self.durations):>3}  p50 {sb.pct(d, 0.5):6.2f} s  p99 "
+                f"{sb.pct(d, 0.99):6.2f} s  wall {self.wall:7.1f} s")
+
+
+def run_ttl(conf_path: Path, records: int, label: str) -> Run:
+    """``ttl run --available-now`` as a user runs it; figures from its ``ttl.batch`` lines."""
+    err_path = conf_path.parent / f"{label}.stderr"
+    cmd = [sb.TTL_BIN, "run", "--conf", str(conf_path), "--available-now"]
+    started = time.monotonic()
+    with err_path.open("w") as err:
+        proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=err, timeout=3600)
+    wall = time.monotonic() - started
+    if proc.returncode != 0:
+        raise RuntimeError(f"ttl run exited {proc.returncode}:\n{sb.tail(err_path)}")
+    batches = [b for _, b in sb.batch_lines(err_path.read_text(errors="replace"))
+               if b["records_in"]]
+    seen = sum(b["records_in"] for b in batches)
+    if seen != records:
+        raise RuntimeError(f"ttl read {seen:,} records, expected {records:,}: {err_path}")
+    return Run("ttl", records, [b["duration_s"] for b in batches], wall, batches=batches)
+
+
+def _progress_durations(query) -> list[float]:
+    return [p["durationMs"]["triggerExecution"] / 1000 for p in query.recentProgress
+            if p["numInputRows"]]
+
+
+def _kafka_source(spark, bootstrap: str, name: str):
+    return (spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", bootstrap).option("subscribe", name)
+            .option("startingOffsets", "earliest").option("includeHeaders", "true")
+            .option("maxOffsetsPerTrigger", MAX_OFFSETS).load())
+
+
+def run_baseline_a(spark, bootstrap: str, name: str, work: Path, records: int) -> Run:
+    """A hand-written Delta upsert job: the MERGE a data engineer writes, no changelog."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    path = str(work / "a-table")
+    if not DeltaTable.isDeltaTable(spark, path):
+        (spark.createDataFrame([], "key binary, value binary, ts bigint, "
+                                   "headers array<struct<key:string,value:binary>>, "
+                                   "expires_at bigint")
+         .write.format("delta").save(path))
+    last_sweep = [time.monotonic()]
+
+    def batch(frame, batch_id: int) -> None:
+        newest = Window.partitionBy("key").orderBy(F.col("ts").desc(), F.col("offset").desc())
+        latest = (frame.withColumn("n", F.row_number().over(newest)).where("n = 1")
+                  .withColumn("expires_at", F.col("ts") + F.lit(TTL_MS)))
+        (DeltaTable.forPath(spark, path).alias("t")
+         .merge(latest.alias("s"), "t.key = s.key")
+         .whenMatchedDelete("s.value IS NULL AND s.ts >= t.ts")
+         .whenMatchedUpdate("s.value IS NOT NULL AND s.ts >= t.ts", set={
+             "value": "s.value", "ts": "s.ts", "headers": "s.headers",
+             "expires_at": "s.expires_at"})
+         .whenNotMatchedInsert("s.value IS NOT NULL", values={
+             "key": "s.key", "value": "s.value", "ts": "s.ts", "headers": "s.headers",
+             "expires_at": "s.expires_at"})
+         .execute())
+        if time.monotonic() - last_sweep[0] >= 10:
+            DeltaTable.forPath(spark, path).delete(
+                F.col("expires_at") <= F.unix_millis(F.current_timestamp()))
+            last_sweep[0] = time.monotonic()
+
+    rows = _kafka_source(spark, bootstrap, name).select(
+        "key", "value", F.unix_millis("timestamp").alias("ts"), "headers", "offset")
+    started = time.monotonic()
+    query = (rows.writeStream.foreachBatch(batch)
+             .option("checkpointLocation", str(work / "a-ckpt"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    return Run("A: Delta MERGE job", records, _progress_durations(query),
+               time.monotonic() - started)
+
+
+def run_baseline_b(spark, bootstrap: str, name: str, work: Path, records: int,
+                   out_topic: str) -> Run:
+    """PySpark ``transformWithState`` with a TTL'd ValueState (RocksDB), Kafka in and out."""
+    from pyspark.sql import Row
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    class Latest(StatefulProcessor):
+        """Per key: the newest value by timestamp, kept for a day; every change is emitted."""
+
+        def init(self, handle) -> None:
+            self.entry = handle.getValueState("entry", "value binary, ts long",
+                                              ttlDurationMs=TTL_MS)
+
+        def handleInputRows(self, key, rows, timerValues):
+            for row in rows:
+                if row.value is None:
+                    if self.entry.exists():
+                        self.entry.clear()
+                        yield Row(key=key[0], value=None)
+                    continue
+                current = self.entry.get() if self.entry.exists() else None
+                if current is not None and current[1] > row.ts:
+                    continue  # older than the stored entry: last writer on ts wins
+                self.entry.update((row.value, row.ts))
+                yield Row(key=key[0], value=row.value)
+
+        def close(self) -> None:
+            pass
+
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass",
+                   "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+    rows = _kafka_source(spark, bootstrap, name).select(
+        "key", "value", F.unix_millis("timestamp").alias("ts"))
+    out = rows.groupBy("key").transformWithState(
+        Latest(), "key binary, value binary", "Update", "ProcessingTime")
+    started = time.monotonic()
+    query = (out.writeStream.format("kafka")
+             .option("kafka.bootstrap.servers", bootstrap).option("topic", out_topic)
+             .option("checkpointLocation", str(work / "b-ckpt"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    return Run("B: transformWithState+TTL", records, _progress_durations(query),
+               time.monotonic() - started)
+
+
+# -- the run --------------------------------------------------------------------------------------
+
+def ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b else "n/a"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=1_000_000, help="per workload W1, W2")
+    parser.add_argument("--trickle-seconds", type=float, default=60.0)
+    parser.add_argument("--skip-a", action="store_true")
+    parser.add_argument("--skip-b", action="store_true")
+    parser.add_argument("--skip-latency", action="store_true")
+    parser.add_argument("--skip-restore", action="store_true")
+    parser.add_argument("--seed", type=int, default=11)
+    args = parser.parse_args()
+
+    from ttl.app import App
+    from ttl.restore import restore
+    from ttl.spark import get_session
+
+    machine_facts()
+    work = Path(tempfile.mkdtemp(prefix="ttl-compare-"))
+    kafka = LocalKafka(work / "kafka", heap="1g").start()
+    print(f"kafka up at {kafka.bootstrap_servers}; work dir {work}", flush=True)
+    n = args.records
+    results: dict[str, list[Run]] = {"W1": [], "W2": []}
+    try:
+        conf_path = sb.write_conf(work, kafka, trigger="1s", sweep_interval="10s",
+                                  lease="30s", max_offsets=MAX_OFFSETS)
+        conf = load(conf_path)
+        name = conf.kafka.input_topic
+        bootstrap = kafka.bootstrap_servers
+        spark = get_session(overrides={"spark.sql.shuffle.partitions": "2"})
+        b_out = f"b-out-{uuid.uuid4().hex[:6]}"
+        for workload, updates in (("W1", False), ("W2", True)):
+            seconds = produce(bootstrap, name, n, updates=updates, seed=args.seed)
+            print(f"\n{workload}: produced {n:,} records in {seconds:.1f} s "
+                  f"({n / seconds:,.0f} rec/s)", flush=True)
+            run = run_ttl(conf_path, n, workload)
+            results[workload].append(run)
+            print(run.line(workload), flush=True)
+            sb.print_phases(run.extra["batches"])
+            if not args.skip_a:
+                results[workload].append(run_baseline_a(spark, bootstrap, name, work, n))
+                print(results[workload][-1].line(workload), flush=True)
+            if not args.skip_b:
+                results[workload].append(run_baseline_b(spark, bootstrap, name, work, n, b_out))
+                print(results[workload][-1].line(workload), flush=True)
+
+        consumed, consume_s = consume_ceiling(bootstrap, name)
+        consume_rate = consumed / consume_s
+        parquet_rate = n / parquet_ceiling(spark, n, str(work / "parquet"))
+        print(f"\nceilings: kafka consume {consume_rate:,.0f} rec/s ({consumed:,} records), "
+              f"spark parquet write {parquet_rate:,.0f} rows/s", flush=True)
+
+        restore_line = ""
+        if not args.skip_restore:
+            changelog, changelog_s = consume_ceiling(bootstrap, conf.kafka.changelog_topic)
+            app = App(conf)
+            result = restore(spark, conf, app.kafka, str(work / "restored"))
+            restore_line = (
+                f"  W4 restore {result.records_read:,} changelog records: "
+                f"{result.rate:,.0f} rec/s = {ratio(result.rate, changelog / changelog_s)} "
+                f"of draining the changelog ({changelog / changelog_s:,.0f} rec/s)")
+            print(restore_line, flush=True)
+
+        latency = None
+        if not args.skip_latency:
+            latency = sb.latency(work, kafka, argparse.Namespace(
+                trigger="1s", sweep_interval="10s", lease="30s", trickle_rate=20.0,
+                trickle_seconds=args.trickle_seconds, drain_timeout=60.0))
+
+        print("\n== summary (one run, this machine) ==")
+        for workload, runs in results.items():
+            by = {r.system[0]: r for r in runs}
+            for run in runs:
+                print(run.line(workload))
+            t = by.get("t")
+            print(f"  {workload} ttl vs A {ratio(t.rate, by['A'].rate) if 'A' in by else 'n/a'}"
+                  f", vs B {ratio(t.rate, by['B'].rate) if 'B' in by else 'n/a'}, "
+                  f"{ratio(t.rate, consume_rate)} of kafka consume, "
+                  f"{ratio(t.rate, parquet_rate)} of parquet write; ttl end to end "
+                  f"(start-up included) {n / t.wall:,.0f} rec/s")
+        print(f"  ceilings: kafka consume {consume_rate:,.0f} rec/s, "
+              f"parquet write {parquet_rate:,.0f} rows/s")
+        if restore_line:
+            print(restore_line)
+        if latency:
+            print(f"  W3 latency produce -> changelog: p50 {latency['p50']:.2f} s, "
+                  f"p99 {latency['p99']:.2f} s (trigger 1 s)")
+    finally:
+        kafka.stop()
+        shutil.rmtree(work, ignore_errors=True)
+        print(f"loadavg at end {os.getloadavg()[0]:.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
