@@ -10,8 +10,9 @@
    (``ttl.ts`` with the Kafka timestamp as fallback, ``ttl.ttl``, ``ttl.version``,
    ``ttl.stream-time``) and strips them; ``plain`` takes a foreign changelog (a Kafka Streams
    store's: value bytes, record timestamp, headers) as it is (KIP-258's RecordConverter idea).
-2. Per key the last record in offset order wins; a key found in two partitions is an error
-   naming it; tombstones drop the key; ``expires_at`` is recomputed from ts and the TTL.
+2. Per key the last record in offset order wins (one aggregation: one shuffle); a key found
+   in two partitions is an error naming it; tombstones drop the key; ``expires_at`` is
+   recomputed from ts and the TTL.
 3. **Writing.** One overwrite commit (a new table, or a new version of an existing one whose
    previous version stays reachable by time travel), whose metadata records the topic, end
    offsets, last ``ttl.version``, stream time and the input offsets to resume from.
@@ -195,19 +196,38 @@ def convert(records, converter: str):
         header(HEADER_STREAM_TIME).alias("stream_time"), "partition", "offset")
 
 
+#: Marks the error a key found in two changelog partitions raises inside the write's job.
+SPLIT_KEY = "ttl-restore-split-key:"
+
+
 def latest_per_key(converted):
-    """Last record per key in offset order; raises naming a key found in two partitions."""
-    from pyspark.sql import Window
+    """Last record per key in offset order, in one aggregation (one shuffle, no window).
+
+    A key found in two partitions fails the job that evaluates it (``assert_true``, so no
+    separate pass looks for such keys first); ``restore`` turns that failure into a
+    ``RestoreError`` naming the key.
+    """
     from pyspark.sql import functions as F
 
-    split = (converted.groupBy("key").agg(F.countDistinct("partition").alias("n"))
-             .where("n > 1").limit(1).collect())
-    if split:
-        raise RestoreError(f"key {bytes(split[0].key)!r} is in more than one changelog "
-                           "partition: the topic's partitioning changed or two producers "
-                           "disagree; restore refuses to guess which record is the last")
-    last = Window.partitionBy("key").orderBy(F.col("offset").desc())
-    return converted.withColumn("rn", F.row_number().over(last)).where("rn = 1").drop("rn")
+    fields = [c for c in converted.columns if c != "key"]
+    last = converted.groupBy("key").agg(
+        F.max_by(F.struct(*fields), "offset").alias("last"),
+        F.min("partition").alias("p_min"), F.max("partition").alias("p_max"))
+    one_partition = F.assert_true(F.col("p_min") == F.col("p_max"),
+                                  F.concat(F.lit(SPLIT_KEY), F.hex("key"), F.lit(":")))
+    # The check feeds the key column itself, so the optimizer cannot prune it away.
+    return last.select(F.coalesce(one_partition.cast("binary"), F.col("key")).alias("key"),
+                       *(F.col("last")[c].alias(c) for c in fields))
+
+
+def _split_key(exc: Exception) -> RestoreError | None:
+    text = str(exc)
+    if SPLIT_KEY not in text:
+        return None
+    key = bytes.fromhex(text.split(SPLIT_KEY, 1)[1].split(":", 1)[0])
+    return RestoreError(f"key {key!r} is in more than one changelog partition: the topic's "
+                        "partitioning changed or two producers disagree; restore refuses to "
+                        "guess which record is the last")
 
 
 def _expiry(ttl_ms: int | None):
@@ -246,10 +266,11 @@ def restore(spark, conf: Config, kafka: KafkaClients, target: str, *,
         if until_version is not None:  # a point-in-time restore sees nothing after it
             converted = converted.where(F.col("version").isNull()
                                         | (F.col("version") <= until_version))
+        # Two passes over the topic (these stats, then the write) cost less than keeping
+        # the records between them (a local checkpoint writes and reads them all again).
         with SparkProgress(spark, result.report_reading):
-            converted = converted.localCheckpoint(eager=True)
-        stats = converted.agg(F.count(F.lit(1)).alias("n"), F.max("version").alias("v"),
-                              F.max("stream_time").alias("st")).first()
+            stats = converted.agg(F.count(F.lit(1)).alias("n"), F.max("version").alias("v"),
+                                  F.max("stream_time").alias("st")).first()
         result.records_read = stats.n
         if stats.n == 0 and _has_rows(spark, target):
             raise RestoreError(f"changelog {name} is empty but {target} has entries: "
@@ -266,7 +287,13 @@ def restore(spark, conf: Config, kafka: KafkaClients, target: str, *,
             if progress.version == result.last_version:
                 result.input_offsets = progress.input_offsets
         result.move(State.WRITING)
-        _write(spark, conf, target, latest, result, wall_ms)
+        try:
+            _write(spark, conf, target, latest, result, wall_ms)
+        except Exception as exc:
+            split = _split_key(exc)
+            if split is None:
+                raise
+            raise split from None
         result.move(State.DONE)
     except Exception:
         if result.state is not State.DONE:

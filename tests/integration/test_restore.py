@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import uuid
 
@@ -190,6 +191,22 @@ def test_foreign_changelog_without_engine_headers_restores(spark, kafka, tmp_pat
                      source_topic=foreign)
     assert result.records_read == 4
     assert rows(spark, target) == {b"a": (b"3", NOW + 2, (("h", None),), NOW + 2 + 86_400_000)}
+
+
+def test_a_key_in_two_partitions_is_refused_naming_it(spark, kafka, tmp_path, topic_factory):
+    """Restore keeps the last record per key by offset, which means nothing across
+    partitions: such a key fails the one aggregation, and nothing is written."""
+    conf = make_conf(tmp_path, kafka, ttl="1d")
+    foreign = topic_factory("split", partitions=2, config={"cleanup.policy": "compact"})
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+    for partition, key in ((0, b"ok"), (0, b"tw\x00o"), (1, b"tw\x00o")):
+        producer.produce(foreign, key=key, value=b"v", timestamp=NOW, partition=partition)
+    producer.flush(30)
+    target = str(tmp_path / "split")
+    with pytest.raises(RestoreError, match=r"key b'tw\\x00o' is in more than one changelog"):
+        restore(spark, conf, clients(conf, kafka), target, converter="plain",
+                source_topic=foreign)
+    assert not os.path.exists(os.path.join(target, "_delta_log", "00000000000000000001.json"))
 
 
 def test_a_missing_or_non_compacted_topic_is_a_clear_error(spark, kafka, tmp_path,

@@ -60,13 +60,21 @@ def stored_rows(draw, records: list[InputRecord], t0: int,
 @st.composite
 def batch_records(draw) -> list[InputRecord]:
     """The general generated records mixed with plain ones (a Kafka timestamp on the grid,
-    user headers only, distinct keys mostly): the vectorized path's common case."""
+    user headers only, distinct keys mostly) and runs of plain puts on one key: the
+    vectorized paths' common cases."""
     general = draw(record_lists(BASE_MS, keys=WIDE_KEYS, max_size=25))
     plain = draw(st.lists(st.builds(
         InputRecord, st.sampled_from(WIDE_KEYS),
         st.one_of(st.binary(min_size=1, max_size=6), st.none()),
         st.integers(-8, 8).map(lambda d: BASE_MS + 5 * d), user_headers), max_size=25))
-    mixed = draw(st.permutations(general + plain))
+    runs = [InputRecord(key, value, ts, headers)
+            for key, puts in draw(st.lists(st.tuples(
+                st.sampled_from(WIDE_KEYS), st.lists(st.tuples(
+                    st.binary(min_size=1, max_size=6),
+                    st.integers(-8, 8).map(lambda d: BASE_MS + 5 * d), user_headers),
+                    min_size=2, max_size=4)), max_size=4))
+            for value, ts, headers in puts]
+    mixed = draw(st.permutations(general + plain + runs))
     return assign_offsets(mixed)
 
 
@@ -124,6 +132,34 @@ def test_fold_table_equals_the_reference_model(sem, data, t0):
     assert folded.deleted + folded.expired == len(changes) - len(upserts)
 
 
+@st.composite
+def put_runs(draw) -> list[InputRecord]:
+    """Several plain puts per key, timestamps on a grid around the clock: with TTLs of a
+    few ms, some expire on arrival, some before or after a later put of the same key."""
+    runs = draw(st.lists(st.tuples(st.sampled_from(WIDE_KEYS), st.lists(st.tuples(
+        st.binary(min_size=1, max_size=3), st.integers(-8, 8).map(lambda d: BASE_MS + 5 * d)),
+        min_size=1, max_size=5)), min_size=1, max_size=6))
+    return assign_offsets(draw(st.permutations(
+        [InputRecord(key, value, ts) for key, puts in runs for value, ts in puts])))
+
+
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
+@given(ttl=st.sampled_from((None, 1, 5, 20, 100)), data=st.data())
+def test_runs_of_plain_puts_equal_the_reference_model(ttl, data):
+    sem = Semantics(ttl=ttl)
+    records = data.draw(put_runs())
+    rows = data.draw(stored_rows(records, BASE_MS))
+    result, changes, _ = _expected(records, rows, BASE_MS, BASE_MS, sem)
+    folded = fold_table(records_table(records), _stored_table(rows), BASE_MS, BASE_MS, sem)
+    assert folded.vectorized == len(records)
+    assert folded.counts.as_dict() == result.counts.as_dict()
+    assert _got_changes(folded) == changes
+    assert folded.max_ts == result.stream_time
+    assert sorted(folded.expired_keys) == sorted(
+        k.hex() for (kind, k, *_rest, op) in changes if op == "expire")
+
+
 def test_plain_records_of_distinct_keys_take_the_vectorized_path():
     sem = Semantics(ttl=1_000, late_records="drop")
     records = [InputRecord(b"k%d" % i, b"v" if i % 4 else None, BASE_MS - i, (("h", b"1"),),
@@ -137,12 +173,16 @@ def test_plain_records_of_distinct_keys_take_the_vectorized_path():
     assert folded.counts.late_dropped > 0 and folded.counts.upserted > 0
 
 
-def test_a_repeated_key_or_an_engine_header_goes_to_the_model():
+def test_runs_of_plain_puts_are_vectorized_the_rest_goes_to_the_model():
     sem = Semantics(ttl=None)
     records = [InputRecord(b"a", b"1", BASE_MS, (), 0, 0),
-               InputRecord(b"a", b"2", BASE_MS, (), 0, 1),
+               InputRecord(b"a", b"2", BASE_MS - 5, (), 0, 1),
                InputRecord(b"b", b"1", BASE_MS, (("ttl.ttl", b"5"),), 0, 2),
-               InputRecord(b"c", b"1", BASE_MS, (), 0, 3)]
+               InputRecord(b"c", b"1", BASE_MS, (), 0, 3),
+               InputRecord(b"d", b"1", BASE_MS, (), 0, 4),
+               InputRecord(b"d", None, BASE_MS, (), 0, 5)]
     folded = fold_table(records_table(records), _stored_table({}), BASE_MS, BASE_MS, sem)
-    assert folded.vectorized == 1
+    assert folded.vectorized == 3  # a's run and c; b has an engine header, d a delete
     assert _got_changes(folded) == _expected(records, {}, BASE_MS, BASE_MS, sem)[1]
+    assert folded.counts.as_dict() == _expected(records, {}, BASE_MS, BASE_MS, sem)[0] \
+        .counts.as_dict()

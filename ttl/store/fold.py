@@ -153,15 +153,27 @@ def _plain(table, wall_ms: int, sem: Semantics):
     return plain
 
 
-def _single_keys(table, plain):
-    """Records whose key appears exactly once in the batch and which are plain."""
+def _paths(table, plain, sem: Semantics):
+    """Which records each vectorized path takes (numpy bool arrays ``once``, ``runs``):
+
+    * ``once``: the key's only record in the batch, and plain;
+    * ``runs``: the key has several records, all plain puts, under ``late_records =
+      "update"`` (see ``_vectorized_runs`` for why a run of puts needs no loop).
+    """
+    import numpy as np
+    import pyarrow as pa
     import pyarrow.compute as pc
 
-    counts = table.select(["key"]).group_by("key").aggregate([("key", "count")])
-    repeated = counts.filter(pc.greater(counts["key_count"], 1))["key"]
-    once = ~pc.fill_null(pc.is_in(table["key"], value_set=repeated.combine_chunks()),
-                         False).to_numpy(zero_copy_only=False)
-    return plain & once
+    plain_put = plain & pc.is_valid(table["value"]).to_numpy(zero_copy_only=False)
+    per_key = pa.table({"key": table["key"], "pp": pa.array(plain_put.astype(np.int64))}) \
+        .group_by("key").aggregate([("key", "count"), ("pp", "sum")])
+    at = pc.index_in(table["key"], value_set=per_key["key"].combine_chunks())
+    count = pc.fill_null(per_key["key_count"].take(at), 0).to_numpy(zero_copy_only=False)
+    puts = pc.fill_null(per_key["pp_sum"].take(at), 0).to_numpy(zero_copy_only=False)
+    once = plain & (count == 1)
+    runs = (count > 1) & (puts == count) if sem.late_records == "update" \
+        else np.zeros(table.num_rows, dtype=bool)
+    return once, runs
 
 
 def _vectorized(table, stored, t0: int, sem: Semantics, folded: Folded):
@@ -171,14 +183,14 @@ def _vectorized(table, stored, t0: int, sem: Semantics, folded: Folded):
     import pyarrow.compute as pc
 
     n = table.num_rows
-    folded.vectorized = n
+    folded.vectorized += n
     if not n:
         return None
     # Each record's stored row, by position (keys are unique on both sides: no join needed).
     at = pc.index_in(table["key"], value_set=stored["key"].combine_chunks())
     found = stored.take(at)
     rows = pa.table({"key": table["key"], "value": table["value"],
-                     "timestamp": table["timestamp"], "headers": _no_null_lists(table["headers"]),
+                     "timestamp": table["timestamp"], "headers": table["headers"],
                      "s_ts": found["ts"], "s_expires_at": found["expires_at"]})
     ts = rows["timestamp"].to_numpy()
     present = pc.is_valid(rows["s_ts"]).to_numpy(zero_copy_only=False)
@@ -204,21 +216,32 @@ def _vectorized(table, stored, t0: int, sem: Semantics, folded: Folded):
     folded.upserted += int(put.sum())
     folded.deleted += int(deleted.sum())
     folded.expired += int(expired.sum())
-    folded.max_ts = int(ts.max())
+    folded.max_ts = int(ts.max()) if folded.max_ts is None else max(folded.max_ts,
+                                                                      int(ts.max()))
     upserts = rows.filter(pa.array(put))
     up_expires = expires.filter(pa.array(put))
     earliest = pc.min(up_expires).as_py()
     if earliest is not None:
-        folded.earliest_expiry = earliest
+        folded.earliest_expiry = (earliest if folded.earliest_expiry is None
+                                  else min(folded.earliest_expiry, earliest))
     removed = rows.filter(pa.array(deleted | expired))
     removal = np.where(expired[deleted | expired], "expire", "delete")
     folded.expired_keys += [k.hex() for k in rows["key"].filter(pa.array(expired)).to_pylist()]
+    return _change_rows(upserts, pa.array(new_ts[put], pa.int64()), up_expires, removed,
+                        removal)
+
+
+def _change_rows(upserts, ts, expires, removed, removal):
+    """Change rows (``_changes_schema()``): the upserted records with their final ts and
+    expiry, then the removed keys with their removal op."""
+    import pyarrow as pa
+
     schema = _changes_schema()
     return pa.concat_tables([
         pa.table({"kind": pa.array(["upsert"] * upserts.num_rows, pa.string()),
-                  "key": upserts["key"], "value": upserts["value"],
-                  "ts": pa.array(new_ts[put], pa.int64()), "headers": upserts["headers"],
-                  "expires_at": up_expires, "record_ttl": pa.nulls(upserts.num_rows, pa.int64()),
+                  "key": upserts["key"], "value": upserts["value"], "ts": ts,
+                  "headers": _no_null_lists(upserts["headers"]), "expires_at": expires,
+                  "record_ttl": pa.nulls(upserts.num_rows, pa.int64()),
                   "removal_op": pa.nulls(upserts.num_rows, pa.string())}, schema=schema),
         pa.table({"kind": pa.array(["delete"] * removed.num_rows, pa.string()),
                   "key": removed["key"], "value": pa.nulls(removed.num_rows, pa.binary()),
@@ -239,6 +262,65 @@ def _no_null_lists(headers):
     if not headers.null_count:
         return headers
     return pc.if_else(pc.is_null(headers), pa.scalar([], headers.type), headers)
+
+
+def _vectorized_runs(table, stored, t0: int, sem: Semantics, folded: Folded):
+    """Keys with several records, all plain puts, under ``late_records = "update"``.
+
+    One loop-free rule gives the model's outcome: in offset order, let ``c_i`` be the
+    largest of the stored row's ts (when the row is live at T0) and the ts of records
+    ``1..i``. Record ``i`` is expired on arrival iff ``expiry(c_i) <= T0``, else it writes
+    an entry with ts ``c_i``. (After an upsert the row is live with ts ``c_i``, so the next
+    ts is ``max(c_i, ts)``; after an expiry the row is gone and the next ts is its own, but
+    then ``ts < c_i`` means ``expiry(ts) <= expiry(c_i) <= T0``: expired either way.) The
+    key's final state is its last record's: the entry, or no row (an expiry, if a row was
+    there). All records share the store's TTL (plain records carry no ``ttl.ttl``).
+    """
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = table.num_rows
+    folded.vectorized += n
+    if not n:
+        return None
+    group = pc.dictionary_encode(table["key"].combine_chunks()).indices.to_numpy()
+    order = np.lexsort((table["offset"].to_numpy(), table["partition"].to_numpy(), group))
+    rows = table.take(pa.array(order))
+    group = group[order]
+    at = pc.index_in(rows["key"], value_set=stored["key"].combine_chunks())
+    found = stored.take(at)
+    present = pc.is_valid(found["ts"]).to_numpy(zero_copy_only=False)
+    live = present & pc.fill_null(pc.greater(found["expires_at"], t0), True).to_numpy(
+        zero_copy_only=False)
+    ts = rows["timestamp"].to_numpy()
+    start = np.where(live, pc.fill_null(found["ts"], 0).to_numpy(), ts)
+    c = pd.Series(np.maximum(ts, start)).groupby(group).cummax().to_numpy()
+    expires = expiry_arrow(c, sem.ttl)
+    expired = pc.fill_null(pc.less_equal(expires, t0), False).to_numpy(zero_copy_only=False)
+    last = np.ones(n, dtype=bool)
+    last[:-1] = group[1:] != group[:-1]
+    counts = folded.counts
+    counts.records += n
+    counts.upserted += int((~expired).sum())
+    counts.expired_on_arrival += int(expired.sum())
+    folded.max_ts = int(ts.max()) if folded.max_ts is None else max(folded.max_ts,
+                                                                      int(ts.max()))
+    put = last & ~expired
+    gone = last & expired & present
+    folded.upserted += int(put.sum())
+    folded.expired += int(gone.sum())
+    up_expires = expires.filter(pa.array(put))
+    earliest = pc.min(up_expires).as_py()
+    if earliest is not None:
+        folded.earliest_expiry = (earliest if folded.earliest_expiry is None
+                                  else min(folded.earliest_expiry, earliest))
+    folded.expired_keys += [k.hex() for k in rows["key"].filter(pa.array(gone)).to_pylist()]
+    upserts = rows.filter(pa.array(put))
+    removed = rows.filter(pa.array(gone))
+    return _change_rows(upserts, pa.array(c[put], pa.int64()), up_expires, removed,
+                        np.full(removed.num_rows, "expire"))
 
 
 def _by_model(records: list[InputRecord], stored: dict[bytes, Entry], wall_ms: int, t0: int,
@@ -303,14 +385,14 @@ def fold_table(table, stored, wall_ms: int, t0: int, sem: Semantics) -> Folded:
     table = table.select(list(INPUT_COLUMNS))
     stored = stored.select(list(STORED_COLUMNS)).cast(stored_arrow_schema())
     folded = Folded(Counts(), None, None, None)
-    fast = _single_keys(table, _plain(table, wall_ms, sem))
-    vector_changes = _vectorized(table.filter(pa.array(fast)), stored, t0, sem, folded)
-    rest = table.filter(pa.array(~fast))
+    once, runs = _paths(table, _plain(table, wall_ms, sem), sem)
+    parts = [_vectorized(table.filter(pa.array(once)), stored, t0, sem, folded),
+             _vectorized_runs(table.filter(pa.array(runs)), stored, t0, sem, folded)]
+    rest = table.filter(pa.array(~(once | runs)))
     rest_keys = batch_keys(rest)
     rest_stored = stored_entries(stored.filter(pc.is_in(stored["key"], value_set=rest_keys)))
-    model_changes = _by_model(input_records(rest), rest_stored, wall_ms, t0, sem, folded)
-    changes = (model_changes if vector_changes is None
-               else pa.concat_tables([vector_changes, model_changes]))
+    parts.append(_by_model(input_records(rest), rest_stored, wall_ms, t0, sem, folded))
+    changes = pa.concat_tables([p for p in parts if p is not None])
     # One chunk: Spark's createDataFrame of an Arrow table stops at an empty record batch
     # (seen on 4.1: chunks of 1, 0 and 2 rows gave a 1-row source).
     folded.changes = changes.combine_chunks()

@@ -8,7 +8,8 @@ Plan, per micro-batch (the records arrive as one Arrow table, the stream's one r
    reference model itself for the rest): validation, per-key fold with T0, counts, the
    batch's max timestamp, the changed rows;
 3. rejected records go to the dead-letter table (its own idempotent append);
-4. **write**: one MERGE applies the per-key changes, carrying the commit metadata (stream
+4. **write**: one MERGE applies the per-key changes (an append when the lookup found none of
+   the batch's keys: every change is then an insert), carrying the commit metadata (stream
    time, T0, expired-on-arrival keys, the caller's input offsets) and, if given, the
    idempotent ``txnAppId``/``txnVersion``. A batch that changes no row still commits (a
    table-property change with the same metadata), so stream time and input offsets are
@@ -123,6 +124,19 @@ def _merge_into(spark, path: str, changes, wall_ms: int) -> None:
     )
 
 
+def _append(spark, path: str, changes, wall_ms: int) -> None:
+    """Every change inserts a key the table does not hold (the lookup found none of the
+    batch's keys, at the version the write starts from): a blind append gives the MERGE's
+    exact table and change feed (the same inserts) without scanning the table for matches."""
+    from pyspark.sql import functions as F
+
+    rows = spark.createDataFrame(changes).select(
+        "key", "value", "ts", "headers", "expires_at",
+        F.lit(wall_ms).cast("bigint").alias("updated_at"), F.xxhash64("key").alias("key_hash"),
+        "record_ttl")
+    rows.write.format("delta").mode("append").save(path)
+
+
 def _empty_commit(spark, path: str, meta: dict) -> None:
     """A commit with no data change, so an all-no-op batch still persists its stream time and
     input offsets (Delta makes no commit for an empty append). It also raises the
@@ -134,8 +148,10 @@ def _empty_commit(spark, path: str, meta: dict) -> None:
 
 
 #: The write's Delta ``operationMetrics`` the batch log line carries (what it scanned,
-#: rewrote and copied: the cost of a MERGE follows these, not the batch size).
-LOGGED_METRICS = ("numSourceRows", "numTargetFilesAdded", "numTargetFilesRemoved",
+#: rewrote and copied: the cost of a MERGE follows these, not the batch size; an append's
+#: are its output rows, files and bytes).
+LOGGED_METRICS = ("numOutputRows", "numFiles", "numOutputBytes",
+                  "numSourceRows", "numTargetFilesAdded", "numTargetFilesRemoved",
                   "numTargetRowsCopied", "numTargetDeletionVectorsAdded", "numTargetBytesAdded",
                   "numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted",
                   "scanTimeMs", "rewriteTimeMs", "executionTimeMs")
@@ -177,7 +193,10 @@ def apply_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
     with phases.phase("write"):
         version_before = result.version_before = delta_log.latest_version(spark, path)
         with commit.commit_settings(spark, final_meta, txn):
-            if folded.changes.num_rows:
+            if folded.changes.num_rows and not stored.num_rows \
+                    and version_before == lookup_version:
+                _append(spark, path, folded.changes, wall_ms)
+            elif folded.changes.num_rows:
                 _merge(spark, path, folded.changes, wall_ms)
             else:
                 _empty_commit(spark, path, final_meta)
