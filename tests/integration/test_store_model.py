@@ -22,7 +22,7 @@ from tests.strategies import CLOCKS, KEYS, WIDE_KEYS, batches, semantics
 from ttl.clock import FixedClock
 from ttl.config import StoreConfig
 from ttl.model import ReferenceStore
-from ttl.store import DeltaStore
+from ttl.store import DeltaStore, write
 from ttl.timestamps import NO_TIMESTAMP
 
 pytestmark = pytest.mark.integration
@@ -33,11 +33,21 @@ EXAMPLES = 300 if os.environ.get("TTL_LONG") else 30
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
           phases=[Phase.explicit, Phase.generate],
           suppress_health_check=list(HealthCheck))
-@given(sem=semantics(), clock=CLOCKS,
+@given(sem=semantics(), clock=CLOCKS, join_lookup=st.booleans(),
        plan=st.sampled_from((KEYS, WIDE_KEYS)).flatmap(
            lambda keys: batches(min_batches=1, max_batches=3, max_records=12, keys=keys)))
 def test_delta_store_equals_reference_model_after_every_batch(spark, tmp_path_factory, sem,
-                                                              clock, plan):
+                                                              clock, join_lookup, plan):
+    # Half the sequences look their keys up with the broadcast join a large batch uses.
+    in_list = write.LOOKUP_IN_LIST
+    write.LOOKUP_IN_LIST = 0 if join_lookup else in_list
+    try:
+        _run_against_model(spark, tmp_path_factory, sem, clock, plan)
+    finally:
+        write.LOOKUP_IN_LIST = in_list
+
+
+def _run_against_model(spark, tmp_path_factory, sem, clock, plan) -> None:
     path = str(tmp_path_factory.mktemp("model") / uuid.uuid4().hex)
     conf = StoreConfig(name="m", path=path, ttl=sem.ttl, late_records=sem.late_records,
                        missing_timestamp=sem.missing_timestamp, max_future=sem.max_future,
