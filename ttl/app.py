@@ -2,11 +2,12 @@
 
 ``App`` is the one place that turns a configuration into working parts (Kafka clients, the
 Spark session, the store, the lease, the changelog publisher) and holds the one rule for
-standalone operations (``App.guard``): while another process (the stream) holds the store's
-lease, a sweep, TTL change, restore into the store, upgrade or scheduled job changes
-nothing and says so. Every entry point (the ``ttl`` command line, the ``jobs/`` scripts) is
-one call into a function below, so a job on a laptop and on a cluster differ only by their
-profile. The functions here only sequence; what each step means lives in its own module.
+standalone operations (``App.guard``): a sweep, TTL change, restore into the store, upgrade
+or scheduled job takes the store's lease for its write, and while another process (the
+stream) holds it, changes nothing and says so. Every entry point (the ``ttl`` command line,
+the ``jobs/`` scripts) is one call into a function below, so a job on a laptop and on a
+cluster differ only by their profile. The functions here only sequence; what each step
+means lives in its own module.
 """
 
 from __future__ import annotations
@@ -68,12 +69,23 @@ class App:
         return Lease(self.spark, self.conf.store.path, **kwargs)
 
     def guard(self) -> str | None:
-        """Whether a standalone operation may write the table now: ``None`` if it may, else
-        the line to print (a stream holds a live lease on the store)."""
+        """Claim the store for a standalone write: take its lease (renewed by heartbeat until
+        ``release``) and return ``None``, or return the line to print when another process
+        (the stream) holds a live lease. Taking, not only checking, the lease means a stream
+        that starts meanwhile waits for this write instead of racing it (and the publisher
+        this write may create cannot fence a live stream's)."""
         if self._guard_lease is None:  # one per App: the daemon asks at every tick
-            self._guard_lease = self.lease()
+            self._guard_lease = self.lease(duration_ms=self.conf.eviction.lease)
+        if self._guard_lease.acquire():
+            self._guard_lease.start_heartbeat()
+            return None
         other = self._guard_lease.held_by_other()
-        return None if other is None else SKIPPED.format(holder=other.holder)
+        return SKIPPED.format(holder=other.holder if other else "another writer")
+
+    def release(self) -> None:
+        """Give back a lease ``guard`` took (no-op otherwise)."""
+        if self._guard_lease is not None:
+            self._guard_lease.release()
 
     def check_kafka(self) -> None:
         """Refuse wrong credentials before Spark starts: seconds, not minutes."""
@@ -151,7 +163,7 @@ def run(conf: Config, *, available_now: bool = False, demo_seconds: int | None =
     the job stops itself after that many seconds.
     """
     from ttl.changelog import topic
-    from ttl.stream import StreamJob
+    from ttl.stream import StreamJob, take_lease
 
     with with_kafka(conf) as app:
         app.check_kafka()
@@ -160,7 +172,15 @@ def run(conf: Config, *, available_now: bool = False, demo_seconds: int | None =
             topic.create(app.kafka, conf.changelog)
         store = app.store()
         lease = app.lease(duration_ms=conf.eviction.lease, holder=f"stream:{conf.store.name}")
-        job = StreamJob(conf, app.spark, store, app.kafka, app.publisher(), lease)
+        # The lease first: creating the publisher fences any live producer of this store's
+        # changelog, so a second `ttl run` must not get that far while the first runs.
+        take_lease(lease, conf.store.name, conf.eviction.lease)
+        try:
+            publisher = app.publisher()
+        except BaseException:
+            lease.release()
+            raise
+        job = StreamJob(conf, app.spark, store, app.kafka, publisher, lease)
         feeder = _demo_feeder(app, job, demo_seconds) if demo_seconds else None
         job.run(available_now=available_now)
         if feeder is not None:
@@ -200,13 +220,17 @@ def evict(app: App, clock: str, now_ms: int | None, dry_run: bool,
                 f"{eviction.would_evict(store, ttl, now_ms)} entries now")
     if not dry_run and (skipped := app.guard()) is not None:
         return skipped
-    result = eviction.sweep(store, clock, now_ms, dry_run=dry_run)  # type: ignore[arg-type]
-    lines = [result.summary()]
-    if result.sample_keys:
-        lines.append(f"sample keys: {[k.decode(errors='replace') for k in result.sample_keys]}")
-    if not dry_run and not result.skipped:
-        lines.append(app.publish_now())
-    return "\n".join(lines)
+    try:
+        result = eviction.sweep(store, clock, now_ms, dry_run=dry_run)  # type: ignore[arg-type]
+        lines = [result.summary()]
+        if result.sample_keys:
+            lines.append(f"sample keys: "
+                         f"{[k.decode(errors='replace') for k in result.sample_keys]}")
+        if not dry_run and not result.skipped:
+            lines.append(app.publish_now())
+        return "\n".join(lines)
+    finally:
+        app.release()
 
 
 def alter(app: App, new_ttl: str, dry_run: bool) -> str:
@@ -215,15 +239,18 @@ def alter(app: App, new_ttl: str, dry_run: bool) -> str:
     store = app.store(check_ttl=False)
     if not dry_run and (skipped := app.guard()) is not None:
         return skipped
-    result = eviction.alter_ttl(store, ttl, dry_run=dry_run)
-    head = "dry run: " if dry_run else ""
-    text = (f"{head}TTL {result.old_ttl} ms -> {result.new_ttl} ms; entries the new TTL "
-            f"evicts now: {result.would_evict_now}")
-    if not dry_run:
-        text += (f"\nexpires_at recomputed in version {result.version}; set store.ttl = "
-                 f"{new_ttl!r} in {app.conf.source}")
-        text += "\n" + app.publish_now(store)  # the new TTL differs from the profile's
-    return text
+    try:
+        result = eviction.alter_ttl(store, ttl, dry_run=dry_run)
+        head = "dry run: " if dry_run else ""
+        text = (f"{head}TTL {result.old_ttl} ms -> {result.new_ttl} ms; entries the new TTL "
+                f"evicts now: {result.would_evict_now}")
+        if not dry_run:
+            text += (f"\nexpires_at recomputed in version {result.version}; set store.ttl = "
+                     f"{new_ttl!r} in {app.conf.source}")
+            text += "\n" + app.publish_now(store)  # the new TTL differs from the profile's
+        return text
+    finally:
+        app.release()
 
 
 def status(app: App) -> dict[str, object]:
@@ -235,12 +262,14 @@ def status(app: App) -> dict[str, object]:
 
 
 def schedule_daemon(app: App) -> None:
-    """``ttl schedule``: sweeps, maintenance and drills until SIGTERM; skips (each run)
-    while a stream owns the table."""
-    publisher = app.publisher() if app.kafka_reachable else None
+    """``ttl schedule``: sweeps, maintenance and drills until SIGTERM; each run takes the
+    store's lease for its write and skips while a stream holds it. The daemon's publisher is
+    made inside the first run that holds the lease (made earlier, its transactional init
+    would fence a live stream's publisher) and remade after it was fenced."""
+    publisher = _DaemonPublisher(app) if app.kafka_reachable else None
     jobs = schedule.StoreJobs(app.store(), app.conf,
                               publish=publisher.publish if publisher else None,
-                              guard=app.guard)
+                              guard=app.guard, release=app.release)
     extra = {}
     if app.conf.drill.interval and publisher is not None:
         from apscheduler.triggers.interval import IntervalTrigger
@@ -261,6 +290,30 @@ def schedule_daemon(app: App) -> None:
             publisher.close()
 
 
+class _DaemonPublisher:
+    """The daemon's publisher, made on first use (under the lease) and after a fencing."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self.publisher = None
+
+    def publish(self) -> object:
+        from ttl.errors import PublisherFenced
+
+        if self.publisher is None:
+            self.publisher = self.app.publisher()
+        try:
+            return self.publisher.publish()
+        except PublisherFenced:
+            self.close()  # a stream ran meanwhile; the next run makes a new one
+            raise
+
+    def close(self) -> None:
+        if self.publisher is not None:
+            self.publisher.close()
+            self.publisher = None
+
+
 def restore(app: App, *, target: str | None = None, until_version: int | None = None,
             until_offsets: dict[int, int] | None = None, converter: str = "engine",
             source_topic: str | None = None, sweep_after: bool = True) -> str:
@@ -277,18 +330,21 @@ def restore(app: App, *, target: str | None = None, until_version: int | None = 
     path = conf.store.path if into_store else target
     if into_store and (skipped := app.guard()) is not None:
         return skipped
-    result = restore_mod.restore(app.spark, conf, app.kafka, path, converter=converter,
-                                 until_version=until_version, until_offsets=until_offsets,
-                                 source_topic=source_topic)
-    lines = [result.summary()]
-    if into_store and sweep_after:
-        publisher = app.publisher()
-        try:
-            lines += restore_mod.finish_recovery(result, app.store(), publisher,
-                                                 conf.eviction.clock)
-        finally:
-            publisher.close()
-    return "\n".join(lines)
+    try:
+        result = restore_mod.restore(app.spark, conf, app.kafka, path, converter=converter,
+                                     until_version=until_version, until_offsets=until_offsets,
+                                     source_topic=source_topic)
+        lines = [result.summary()]
+        if into_store and sweep_after:
+            publisher = app.publisher()
+            try:
+                lines += restore_mod.finish_recovery(result, app.store(), publisher,
+                                                     conf.eviction.clock)
+            finally:
+                publisher.close()
+        return "\n".join(lines)
+    finally:
+        app.release()
 
 
 def drill(app: App, report_path: Path | None = None, source_topic: str | None = None):
@@ -307,7 +363,10 @@ def upgrade(app: App, rollback: bool) -> str:
     if (skipped := app.guard()) is not None:
         return skipped
     action = upgrade_mod.rollback if rollback else upgrade_mod.upgrade_in_place
-    return action(app.spark, app.conf)
+    try:
+        return action(app.spark, app.conf)
+    finally:
+        app.release()
 
 
 def create_topics(app: App) -> list[str]:

@@ -70,10 +70,21 @@ class Lease:
         return None
 
     def acquire(self) -> bool:
-        """Take or renew the lease; ``False`` if another process holds a live one."""
-        from delta.exceptions import ConcurrentAppendException, ConcurrentDeleteReadException
+        """Take or renew the lease; ``False`` if another process holds a live one.
+
+        A live lease of another process is seen by a read, so a waiting contender never
+        writes the lease table (its MERGE could make the holder's renewal conflict). A
+        renewal that loses a race with another writer still holds the lease when the row
+        still names it (one missed renewal is within the lease's slack)."""
+        from delta.exceptions import (
+            ConcurrentAppendException,
+            ConcurrentDeleteDeleteException,
+            ConcurrentDeleteReadException,
+        )
         from delta.tables import DeltaTable
 
+        if self.held_by_other() is not None:
+            return False
         now = self.clock.now_ms()
         source = self.spark.createDataFrame(
             [(LEASE_ID, self.owner, self.holder, now + self.duration_ms)],
@@ -85,8 +96,9 @@ class Lease:
                                              f"OR t.expires_at <= {now}")
              .whenNotMatchedInsertAll()
              .execute())
-        except (ConcurrentAppendException, ConcurrentDeleteReadException):
-            return False  # another acquirer's commit won the race
+        except (ConcurrentAppendException, ConcurrentDeleteReadException,
+                ConcurrentDeleteDeleteException):
+            pass  # another writer's commit won the race: the row says who holds the lease
         state = self.current()
         return state is not None and state.owner == self.owner
 
@@ -99,6 +111,8 @@ class Lease:
 
     def start_heartbeat(self, on_lost=None) -> None:
         """Renew every third of the duration in a daemon thread; ``on_lost`` if it fails."""
+        self._stop.clear()  # a lease released earlier may be taken and beaten again
+
         def beat() -> None:
             while not self._stop.wait(self.duration_ms / 3000):
                 try:

@@ -3,7 +3,8 @@
 Used two ways with the same jobs: a ``BackgroundScheduler`` inside the streaming driver (its
 writes serialized with the micro-batches through one lock) and a ``BlockingScheduler`` for
 the standalone daemon ``ttl schedule`` (``run_daemon``; stores whose stream is not running:
-each run asks the guard of ``ttl.app`` and skips while a stream holds the store's lease).
+each run takes the store's lease through the guard of ``ttl.app``, and skips while a stream
+holds it).
 Never two runs of a job at once (``max_instances=1``), missed runs coalesce into one, and a
 failed run is logged and tried again at the next tick.
 """
@@ -31,12 +32,14 @@ class StoreJobs:
 
     def __init__(self, store, conf: Config, *, lock: threading.Lock | None = None,
                  publish: Callable[[], object] | None = None,
-                 guard: Callable[[], str | None] | None = None) -> None:
+                 guard: Callable[[], str | None] | None = None,
+                 release: Callable[[], None] | None = None) -> None:
         self.store = store
         self.conf = conf
         self.lock = lock or threading.Lock()
         self.publish = publish
-        self.guard = guard  # standalone daemon: why not to write now (a stream's lease)
+        self.guard = guard  # standalone daemon: takes the lease, or says why not to write
+        self.release = release  # gives the lease back after each run
         self.last_sweep: eviction.SweepResult | None = None
         self.evicted_total = 0
 
@@ -59,6 +62,9 @@ class StoreJobs:
         except Exception:  # noqa: BLE001 - logged; the next tick tries again
             log.exception("%s failed; will retry at the next tick", what)
             return None
+        finally:
+            if self.release is not None:
+                self.release()
 
     def wall_sweep(self) -> eviction.SweepResult | None:
         result = self._guarded("wall sweep", lambda: eviction.sweep(self.store, "wall"))

@@ -61,6 +61,20 @@ class StreamSummary:
                 f"changelog_records={self.published}")
 
 
+def take_lease(lease: Lease, store_name: str, lease_ms: int) -> None:
+    """Take the store's lease; a crashed predecessor's lease lapses within one lease period,
+    so wait that long (plus slack) before giving up with ``StreamOwned``."""
+    deadline = time.monotonic() + lease_ms / 1000 + 5
+    while not lease.acquire():
+        other = lease.held_by_other()
+        if time.monotonic() > deadline:
+            raise StreamOwned(f"store {store_name} is owned by "
+                              f"{other.holder if other else 'another writer'}")
+        log.info("waiting for the lease held by %s to lapse",
+                 other.holder if other else "another writer")
+        time.sleep(1)
+
+
 class StreamJob:
     """One store's streaming query and everything that runs beside it."""
 
@@ -112,7 +126,8 @@ class StreamJob:
         finally:
             if self.query is not None and self.query.isActive:
                 self.query.stop()
-            scheduler.shutdown(wait=True)
+            if scheduler.running:  # not yet started when an earlier step failed
+                scheduler.shutdown(wait=True)
             with self.lock:
                 self._publish()
             self.publisher.close()
@@ -123,17 +138,7 @@ class StreamJob:
             log.info("stream %s stopped: %s", self.conf.store.name, self.summary.line())
 
     def _take_lease(self) -> None:
-        """Take the lease; a crashed predecessor's lease lapses within one lease period, so
-        wait that long (plus slack) before giving up."""
-        deadline = time.monotonic() + self.conf.eviction.lease / 1000 + 5
-        while not self.lease.acquire():
-            other = self.lease.held_by_other()
-            if time.monotonic() > deadline:
-                raise StreamOwned(f"store {self.conf.store.name} is owned by "
-                                  f"{other.holder if other else 'another writer'}")
-            log.info("waiting for the lease held by %s to lapse",
-                     other.holder if other else "another writer")
-            time.sleep(1)
+        take_lease(self.lease, self.conf.store.name, self.conf.eviction.lease)
 
     def stop(self) -> None:
         """Graceful stop (signal handler, lost lease): the main loop ends the query."""

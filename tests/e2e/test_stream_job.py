@@ -347,3 +347,58 @@ def test_schedule_daemon_sweeps_on_its_schedule_and_stops_on_sigterm(spark, kafk
     assert "scheduler for" in err and "evicted 5 entries" in err, err[-4000:]
     assert sorted(m.key() for m in msgs if m.value() is None) == \
         [f"k{i}".encode() for i in range(5)], err[-4000:]
+
+
+def test_a_second_run_or_the_scheduler_never_fences_the_live_stream(spark, kafka, tmp_path):
+    """Reliability scenario 8: a second `ttl run` and a `ttl schedule` on the profile of a
+    running stream take (or wait for) the lease before anything that writes; they refuse or
+    skip, and the live stream keeps processing and publishing (its transactional producer is
+    never fenced). The lease is the shipped default's 30 s: the e2e profile's 4 s is renewed
+    by a MERGE every 1.3 s, which a loaded 2-core machine does not always keep up with."""
+    conf_path = write_conf(tmp_path, kafka, lease="30s")
+    conf = load(conf_path)
+    now = int(time.time() * 1000)
+    first_half = [InputRecord(f"k{i}".encode(), b"v", now, (), i % 2, i // 2)
+                  for i in range(20)]
+    produce(kafka, conf_path, first_half)
+    log_path = tmp_path / "first.stderr"
+    with log_path.open("w") as log_file:
+        first = subprocess.Popen([TTL_BIN, "run", "--conf", str(conf_path)],
+                                 stdout=subprocess.DEVNULL, stderr=log_file, text=True)
+    daemon_log = tmp_path / "daemon.stderr"
+    try:
+        log_dir = Path(conf.store.path) / "_delta_log"
+        wait_until(lambda: len(list(log_dir.glob("*.json"))) >= 3 or first.poll() is not None,
+                   timeout=180, what="the first stream's first batch")
+        assert first.poll() is None, log_path.read_text()[-4000:]
+
+        second = ttl("run", "--conf", str(conf_path), timeout=300)
+        assert second.returncode == 2, second.stderr[-4000:]
+        assert f"owned by stream:{conf.store.name}" in second.stderr, "\n".join(
+            line for line in second.stderr.splitlines() if not line.startswith("\t"))[-6000:]
+
+        with daemon_log.open("w") as daemon_file:
+            daemon = subprocess.Popen([TTL_BIN, "schedule", "--conf", str(conf_path)],
+                                      stdout=subprocess.DEVNULL, stderr=daemon_file)
+        try:
+            wait_until(lambda: "skipped: the stream owns the table" in daemon_log.read_text()
+                       or daemon.poll() is not None, timeout=180, interval=0.5,
+                       what="the scheduler skipping a run")
+        finally:
+            daemon.send_signal(signal.SIGTERM)
+            daemon.wait(timeout=120)
+        assert daemon.returncode == 0, daemon_log.read_text()[-4000:]
+
+        produce(kafka, conf_path, [InputRecord(f"k{i}".encode(), b"w", now, (), i % 2, 10 + i)
+                                   for i in range(20, 40)])
+        msgs = consume_all(kafka.bootstrap_servers, conf.kafka.changelog_topic, 40,
+                           timeout=180)
+        assert {m.key() for m in msgs} >= {f"k{i}".encode() for i in range(40)}
+        assert first.poll() is None, log_path.read_text()[-4000:]
+    finally:
+        if first.poll() is None:
+            first.send_signal(signal.SIGTERM)
+        first.wait(timeout=120)
+    text = log_path.read_text()
+    assert first.returncode == 0, text[-4000:]
+    assert "Fenced" not in text and "lease on" not in text, text[-4000:]

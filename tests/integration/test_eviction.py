@@ -169,8 +169,9 @@ def test_scheduled_wall_sweeps_evict_idle_keys_with_expire_tombstones(spark, kaf
     store.apply_records(recs((b"a", b"v", now), (b"b", b"v", now)))
     publisher = Publisher(spark, table_path, "ev", clients(conf, kafka),
                           conf.changelog)
-    jobs = schedule.StoreJobs(store, conf, publish=publisher.publish,
-                              guard=App(conf, spark=spark).guard)
+    app = App(conf, spark=spark)
+    jobs = schedule.StoreJobs(store, conf, publish=publisher.publish, guard=app.guard,
+                              release=app.release)
     scheduler = schedule.build(conf, jobs, blocking=False)
     scheduler.start()
     try:
@@ -194,9 +195,13 @@ def test_a_standalone_sweep_skips_while_another_process_holds_the_lease(spark, t
     conf = from_dict({"store": {"name": "ev", "path": table_path, "ttl": "60s"},
                       "kafka": {"input_topic": "x", "changelog_topic": "y"},
                       "stream": {"checkpoint": "unused"}})
-    jobs = schedule.StoreJobs(store, conf, guard=App(conf, spark=spark).guard)
+    app = App(conf, spark=spark)
+    jobs = schedule.StoreJobs(store, conf, guard=app.guard, release=app.release)
     assert jobs.wall_sweep() is None
     stream_lease.release()
+    # Free now: a run takes the lease for its write and gives it back afterwards.
+    assert jobs.wall_sweep() is not None
+    assert Lease(spark, table_path).current() is None
     wait_until(lambda: standalone.acquire(), timeout=10, what="the released lease")
 
 
