@@ -175,12 +175,15 @@ def run(conf: Config, *, available_now: bool = False, demo_seconds: int | None =
         # The lease first: creating the publisher fences any live producer of this store's
         # changelog, so a second `ttl run` must not get that far while the first runs.
         take_lease(lease, conf.store.name, conf.eviction.lease)
+        publisher = None
         try:
             publisher = app.publisher()
+            job = StreamJob(conf, app.spark, store, app.kafka, publisher, lease)
         except BaseException:
+            if publisher is not None:
+                publisher.close()
             lease.release()
             raise
-        job = StreamJob(conf, app.spark, store, app.kafka, publisher, lease)
         feeder = _demo_feeder(app, job, demo_seconds) if demo_seconds else None
         job.run(available_now=available_now)
         if feeder is not None:

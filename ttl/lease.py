@@ -100,7 +100,8 @@ class Lease:
                 ConcurrentDeleteDeleteException):
             pass  # another writer's commit won the race: the row says who holds the lease
         state = self.current()
-        return state is not None and state.owner == self.owner
+        return (state is not None and state.owner == self.owner
+                and state.live_at(self.clock.now_ms()))
 
     renew = acquire
 

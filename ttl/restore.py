@@ -201,11 +201,13 @@ SPLIT_KEY = "ttl-restore-split-key:"
 
 
 def latest_per_key(converted):
-    """Last record per key in offset order, in one aggregation (one shuffle, no window).
+    """The live last record per key in offset order (a key whose last record is a tombstone
+    is dropped), in one aggregation: one shuffle, no window.
 
     A key found in two partitions fails the job that evaluates it (``assert_true``, so no
     separate pass looks for such keys first); ``restore`` turns that failure into a
-    ``RestoreError`` naming the key.
+    ``RestoreError`` naming the key. The check sits in the filter that drops tombstones and
+    in the key column, so every key meets it wherever the optimizer moves either.
     """
     from pyspark.sql import functions as F
 
@@ -215,9 +217,10 @@ def latest_per_key(converted):
         F.min("partition").alias("p_min"), F.max("partition").alias("p_max"))
     one_partition = F.assert_true(F.col("p_min") == F.col("p_max"),
                                   F.concat(F.lit(SPLIT_KEY), F.hex("key"), F.lit(":")))
-    # The check feeds the key column itself, so the optimizer cannot prune it away.
-    return last.select(F.coalesce(one_partition.cast("binary"), F.col("key")).alias("key"),
-                       *(F.col("last")[c].alias(c) for c in fields))
+    return (last.where(F.coalesce(one_partition.cast("boolean"),
+                                  F.col("last")["value"].isNotNull()))
+            .select(F.coalesce(one_partition.cast("binary"), F.col("key")).alias("key"),
+                    *(F.col("last")[c].alias(c) for c in fields)))
 
 
 def _split_key(exc: Exception) -> RestoreError | None:
@@ -277,7 +280,7 @@ def restore(spark, conf: Config, kafka: KafkaClients, target: str, *,
                                "refusing to replace them with nothing (wrong topic?)")
         result.last_version = stats.v
         result.stream_time = stats.st
-        latest = latest_per_key(converted).where(F.col("value").isNotNull())
+        latest = latest_per_key(converted)
         progress = None
         if converter == "engine" and until_version is None and until_offsets is None:
             progress = read_progress(kafka, progress_topic(name))

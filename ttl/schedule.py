@@ -51,20 +51,22 @@ class StoreJobs:
         return False
 
     def _guarded(self, what: str, action: Callable[[], object]) -> object | None:
-        if self._owned_elsewhere(what):
-            return None
-        try:
-            with self.lock:
+        # Lease, write and release all under the lock: the daemon's jobs run on a thread
+        # pool and share one lease, so one job's release must not end another's write.
+        with self.lock:
+            if self._owned_elsewhere(what):
+                return None
+            try:
                 result = action()
                 if self.publish is not None:
                     self.publish()
-            return result
-        except Exception:  # noqa: BLE001 - logged; the next tick tries again
-            log.exception("%s failed; will retry at the next tick", what)
-            return None
-        finally:
-            if self.release is not None:
-                self.release()
+                return result
+            except Exception:  # noqa: BLE001 - logged; the next tick tries again
+                log.exception("%s failed; will retry at the next tick", what)
+                return None
+            finally:
+                if self.release is not None:
+                    self.release()
 
     def wall_sweep(self) -> eviction.SweepResult | None:
         result = self._guarded("wall sweep", lambda: eviction.sweep(self.store, "wall"))

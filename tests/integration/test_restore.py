@@ -202,11 +202,18 @@ def test_a_key_in_two_partitions_is_refused_naming_it(spark, kafka, tmp_path, to
     for partition, key in ((0, b"ok"), (0, b"tw\x00o"), (1, b"tw\x00o")):
         producer.produce(foreign, key=key, value=b"v", timestamp=NOW, partition=partition)
     producer.flush(30)
-    target = str(tmp_path / "split")
-    with pytest.raises(RestoreError, match=r"key b'tw\\x00o' is in more than one changelog"):
-        restore(spark, conf, clients(conf, kafka), target, converter="plain",
-                source_topic=foreign)
-    assert not os.path.exists(os.path.join(target, "_delta_log", "00000000000000000001.json"))
+    # A key whose last record by offset (meaningless across partitions) is a tombstone.
+    gone = topic_factory("split-gone", partitions=2, config={"cleanup.policy": "compact"})
+    for partition, key, value in ((0, b"gone", b"v"), (1, b"x", b"v"), (1, b"gone", None)):
+        producer.produce(gone, key=key, value=value, timestamp=NOW, partition=partition)
+    producer.flush(30)
+    for name, source, key in (("split", foreign, r"b'tw\\x00o'"), ("gone", gone, "b'gone'")):
+        target = str(tmp_path / name)
+        with pytest.raises(RestoreError, match=f"key {key} is in more than one changelog"):
+            restore(spark, conf, clients(conf, kafka), target, converter="plain",
+                    source_topic=source)
+        assert not os.path.exists(os.path.join(target, "_delta_log",
+                                               "00000000000000000001.json"))
 
 
 def test_a_missing_or_non_compacted_topic_is_a_clear_error(spark, kafka, tmp_path,
