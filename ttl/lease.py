@@ -98,10 +98,15 @@ class Lease:
              .execute())
         except (ConcurrentAppendException, ConcurrentDeleteReadException,
                 ConcurrentDeleteDeleteException):
-            pass  # another writer's commit won the race: the row says who holds the lease
+            # Another writer's commit won the race: the row says who holds the lease, and
+            # if it is still us, until when (our renewal did not happen).
+            state = self.current()
+            return (state is not None and state.owner == self.owner
+                    and state.live_at(self.clock.now_ms()))
         state = self.current()
-        return (state is not None and state.owner == self.owner
-                and state.live_at(self.clock.now_ms()))
+        # Our MERGE ran: the row is ours from its clock reading on, however long the MERGE
+        # and this read took (a short lease on a loaded machine may look lapsed by now).
+        return state is not None and state.owner == self.owner
 
     renew = acquire
 
