@@ -87,6 +87,18 @@ class App:
         if self._guard_lease is not None:
             self._guard_lease.release()
 
+    @contextlib.contextmanager
+    def claimed(self, needed: bool = True) -> Iterator[str | None]:
+        """``guard`` for one standalone command: yields ``None`` (the lease is held until
+        the block ends) or the skip line; with ``needed`` false (a dry run, a scratch
+        target) takes nothing and yields ``None``."""
+        skipped = self.guard() if needed else None
+        try:
+            yield skipped
+        finally:
+            if needed and skipped is None:
+                self.release()
+
     def check_kafka(self) -> None:
         """Refuse wrong credentials before Spark starts: seconds, not minutes."""
         self.kafka.check_access(self.conf.source)
@@ -221,9 +233,9 @@ def evict(app: App, clock: str, now_ms: int | None, dry_run: bool,
         ttl = _parse_ttl(proposed_ttl)
         return (f"dry run: a store TTL of {proposed_ttl} would evict "
                 f"{eviction.would_evict(store, ttl, now_ms)} entries now")
-    if not dry_run and (skipped := app.guard()) is not None:
-        return skipped
-    try:
+    with app.claimed(not dry_run) as skipped:
+        if skipped is not None:
+            return skipped
         result = eviction.sweep(store, clock, now_ms, dry_run=dry_run)  # type: ignore[arg-type]
         lines = [result.summary()]
         if result.sample_keys:
@@ -232,17 +244,15 @@ def evict(app: App, clock: str, now_ms: int | None, dry_run: bool,
         if not dry_run and not result.skipped:
             lines.append(app.publish_now())
         return "\n".join(lines)
-    finally:
-        app.release()
 
 
 def alter(app: App, new_ttl: str, dry_run: bool) -> str:
     """``ttl alter``: change the store TTL (expires_at recomputed in one published commit)."""
     ttl = _parse_ttl(new_ttl)
     store = app.store(check_ttl=False)
-    if not dry_run and (skipped := app.guard()) is not None:
-        return skipped
-    try:
+    with app.claimed(not dry_run) as skipped:
+        if skipped is not None:
+            return skipped
         result = eviction.alter_ttl(store, ttl, dry_run=dry_run)
         head = "dry run: " if dry_run else ""
         text = (f"{head}TTL {result.old_ttl} ms -> {result.new_ttl} ms; entries the new TTL "
@@ -252,8 +262,6 @@ def alter(app: App, new_ttl: str, dry_run: bool) -> str:
                      f"{new_ttl!r} in {app.conf.source}")
             text += "\n" + app.publish_now(store)  # the new TTL differs from the profile's
         return text
-    finally:
-        app.release()
 
 
 def status(app: App) -> dict[str, object]:
@@ -331,9 +339,9 @@ def restore(app: App, *, target: str | None = None, until_version: int | None = 
     conf = app.conf
     into_store = target is None or target == conf.store.path
     path = conf.store.path if into_store else target
-    if into_store and (skipped := app.guard()) is not None:
-        return skipped
-    try:
+    with app.claimed(into_store) as skipped:
+        if skipped is not None:
+            return skipped
         result = restore_mod.restore(app.spark, conf, app.kafka, path, converter=converter,
                                      until_version=until_version, until_offsets=until_offsets,
                                      source_topic=source_topic)
@@ -346,8 +354,6 @@ def restore(app: App, *, target: str | None = None, until_version: int | None = 
             finally:
                 publisher.close()
         return "\n".join(lines)
-    finally:
-        app.release()
 
 
 def drill(app: App, report_path: Path | None = None, source_topic: str | None = None):
@@ -363,13 +369,9 @@ def upgrade(app: App, rollback: bool) -> str:
     """``ttl upgrade``: format v1/v2 -> v3 in place (resumable), or roll it back."""
     from ttl import upgrade as upgrade_mod
 
-    if (skipped := app.guard()) is not None:
-        return skipped
     action = upgrade_mod.rollback if rollback else upgrade_mod.upgrade_in_place
-    try:
-        return action(app.spark, app.conf)
-    finally:
-        app.release()
+    with app.claimed() as skipped:
+        return skipped if skipped is not None else action(app.spark, app.conf)
 
 
 def create_topics(app: App) -> list[str]:

@@ -76,6 +76,13 @@ class Lease:
         writes the lease table (its MERGE could make the holder's renewal conflict). A
         renewal that loses a race with another writer still holds the lease when the row
         still names it (one missed renewal is within the lease's slack)."""
+        if self.held_by_other() is not None:
+            return False
+        return self.renew()
+
+    def renew(self) -> bool:
+        """Renew (or take, when free or lapsed) the lease with one MERGE, without the read
+        ``acquire`` makes first: the heartbeat's path, every third of the duration."""
         from delta.exceptions import (
             ConcurrentAppendException,
             ConcurrentDeleteDeleteException,
@@ -83,8 +90,6 @@ class Lease:
         )
         from delta.tables import DeltaTable
 
-        if self.held_by_other() is not None:
-            return False
         now = self.clock.now_ms()
         source = self.spark.createDataFrame(
             [(LEASE_ID, self.owner, self.holder, now + self.duration_ms)],
@@ -107,8 +112,6 @@ class Lease:
         # Our MERGE ran: the row is ours from its clock reading on, however long the MERGE
         # and this read took (a short lease on a loaded machine may look lapsed by now).
         return state is not None and state.owner == self.owner
-
-    renew = acquire
 
     def release(self) -> None:
         self.stop_heartbeat()

@@ -6,15 +6,16 @@ stream already holds it as one Arrow table (its one read of the Kafka input); th
 rows of its keys come from one narrow lookup. No shuffle, no Python workers, no
 materialized intermediate.
 
-Two paths, one semantics:
+Three paths, one semantics:
 
-* **vectorized** (pyarrow + numpy, whole columns at once) for the common case: a key that
-  appears once in the batch with a record that is plainly valid (a key, a Kafka timestamp,
-  no ``ttl.*`` header, within the future and size limits). One record on one stored row is
-  a handful of column expressions: live, late, delete, ``max(ts)``, expiry, expired on
-  arrival;
-* **the reference model itself** (``ttl.model.fold_batch``) for every other key (several
-  records in the batch, engine headers, anything validation may reject): no second
+* **vectorized** (pyarrow + numpy, whole columns at once) for a key that appears once in the
+  batch with a record that is plainly valid (a key, a Kafka timestamp, no ``ttl.*`` header,
+  within the future and size limits): a handful of column expressions (live, late, delete,
+  ``max(ts)``, expiry, expired on arrival);
+* **vectorized runs** for a key with several records, all plain puts, under
+  ``late_records = "update"``: a grouped running maximum (``_vectorized_runs``);
+* **the reference model itself** (``ttl.model.fold_batch``) for every other key (deletes
+  among several records, engine headers, anything validation may reject): no second
   implementation of the subtle cases to drift.
 
 Splitting by key is exact because validation is per record and the fold is per key. The
@@ -57,7 +58,16 @@ class Folded:
     earliest_expiry: int | None = None
     #: Hex keys removed as expired on arrival (the changelog tags them ``expire``).
     expired_keys: list[str] = field(default_factory=list)
-    vectorized: int = 0  # records that took the vectorized path
+    vectorized: int = 0  # records that took a vectorized path
+
+    def saw(self, max_ts: int | None, earliest_expiry: int | None) -> None:
+        """Raise the batch's max timestamp and lower its earliest written expiry (either
+        ``None``: nothing to note) with one path's figures."""
+        if max_ts is not None:
+            self.max_ts = max_ts if self.max_ts is None else max(self.max_ts, max_ts)
+        if earliest_expiry is not None:
+            self.earliest_expiry = (earliest_expiry if self.earliest_expiry is None
+                                    else min(self.earliest_expiry, earliest_expiry))
 
 
 def _headers(raw) -> Headers:
@@ -176,6 +186,18 @@ def _paths(table, plain, sem: Semantics):
     return once, runs
 
 
+def _stored_rows(keys, stored, t0: int):
+    """Each key's stored row by position (no join: the lookup holds a key once): the rows
+    (nulls where absent), and numpy masks ``present`` and ``live`` (at ``t0``)."""
+    import pyarrow.compute as pc
+
+    found = stored.take(pc.index_in(keys, value_set=stored["key"].combine_chunks()))
+    present = pc.is_valid(found["ts"]).to_numpy(zero_copy_only=False)
+    live = present & pc.fill_null(pc.greater(found["expires_at"], t0), True).to_numpy(
+        zero_copy_only=False)
+    return found, present, live
+
+
 def _vectorized(table, stored, t0: int, sem: Semantics, folded: Folded):
     """One plain record per key onto its stored row (BRIEF §3 for a single record)."""
     import numpy as np
@@ -186,18 +208,10 @@ def _vectorized(table, stored, t0: int, sem: Semantics, folded: Folded):
     folded.vectorized += n
     if not n:
         return None
-    # Each record's stored row, by position (keys are unique on both sides: no join needed).
-    at = pc.index_in(table["key"], value_set=stored["key"].combine_chunks())
-    found = stored.take(at)
-    rows = pa.table({"key": table["key"], "value": table["value"],
-                     "timestamp": table["timestamp"], "headers": table["headers"],
-                     "s_ts": found["ts"], "s_expires_at": found["expires_at"]})
-    ts = rows["timestamp"].to_numpy()
-    present = pc.is_valid(rows["s_ts"]).to_numpy(zero_copy_only=False)
-    s_ts = pc.fill_null(rows["s_ts"], 0).to_numpy()
-    s_exp = rows["s_expires_at"]
-    live = present & pc.fill_null(pc.greater(s_exp, t0), True).to_numpy(zero_copy_only=False)
-    is_delete = pc.is_null(rows["value"]).to_numpy(zero_copy_only=False)
+    found, present, live = _stored_rows(table["key"], stored, t0)
+    ts = table["timestamp"].to_numpy()
+    s_ts = pc.fill_null(found["ts"], 0).to_numpy()
+    is_delete = pc.is_null(table["value"]).to_numpy(zero_copy_only=False)
     late = (live & (ts < s_ts)) if sem.late_records == "drop" else np.zeros(n, dtype=bool)
     new_ts = np.where(live & ~is_delete, np.maximum(ts, s_ts), ts)
     expires = expiry_arrow(new_ts, sem.ttl)
@@ -216,19 +230,12 @@ def _vectorized(table, stored, t0: int, sem: Semantics, folded: Folded):
     folded.upserted += int(put.sum())
     folded.deleted += int(deleted.sum())
     folded.expired += int(expired.sum())
-    folded.max_ts = int(ts.max()) if folded.max_ts is None else max(folded.max_ts,
-                                                                      int(ts.max()))
-    upserts = rows.filter(pa.array(put))
     up_expires = expires.filter(pa.array(put))
-    earliest = pc.min(up_expires).as_py()
-    if earliest is not None:
-        folded.earliest_expiry = (earliest if folded.earliest_expiry is None
-                                  else min(folded.earliest_expiry, earliest))
-    removed = rows.filter(pa.array(deleted | expired))
-    removal = np.where(expired[deleted | expired], "expire", "delete")
-    folded.expired_keys += [k.hex() for k in rows["key"].filter(pa.array(expired)).to_pylist()]
-    return _change_rows(upserts, pa.array(new_ts[put], pa.int64()), up_expires, removed,
-                        removal)
+    folded.saw(int(ts.max()), pc.min(up_expires).as_py())
+    folded.expired_keys += [k.hex() for k in table["key"].filter(pa.array(expired)).to_pylist()]
+    return _change_rows(table.filter(pa.array(put)), pa.array(new_ts[put], pa.int64()),
+                        up_expires, table.filter(pa.array(deleted | expired)),
+                        np.where(expired[deleted | expired], "expire", "delete"))
 
 
 def _change_rows(upserts, ts, expires, removed, removal):
@@ -289,11 +296,7 @@ def _vectorized_runs(table, stored, t0: int, sem: Semantics, folded: Folded):
     order = np.lexsort((table["offset"].to_numpy(), table["partition"].to_numpy(), group))
     rows = table.take(pa.array(order))
     group = group[order]
-    at = pc.index_in(rows["key"], value_set=stored["key"].combine_chunks())
-    found = stored.take(at)
-    present = pc.is_valid(found["ts"]).to_numpy(zero_copy_only=False)
-    live = present & pc.fill_null(pc.greater(found["expires_at"], t0), True).to_numpy(
-        zero_copy_only=False)
+    found, present, live = _stored_rows(rows["key"], stored, t0)
     ts = rows["timestamp"].to_numpy()
     start = np.where(live, pc.fill_null(found["ts"], 0).to_numpy(), ts)
     c = pd.Series(np.maximum(ts, start)).groupby(group).cummax().to_numpy()
@@ -305,17 +308,12 @@ def _vectorized_runs(table, stored, t0: int, sem: Semantics, folded: Folded):
     counts.records += n
     counts.upserted += int((~expired).sum())
     counts.expired_on_arrival += int(expired.sum())
-    folded.max_ts = int(ts.max()) if folded.max_ts is None else max(folded.max_ts,
-                                                                      int(ts.max()))
     put = last & ~expired
     gone = last & expired & present
     folded.upserted += int(put.sum())
     folded.expired += int(gone.sum())
     up_expires = expires.filter(pa.array(put))
-    earliest = pc.min(up_expires).as_py()
-    if earliest is not None:
-        folded.earliest_expiry = (earliest if folded.earliest_expiry is None
-                                  else min(folded.earliest_expiry, earliest))
+    folded.saw(int(ts.max()), pc.min(up_expires).as_py())
     folded.expired_keys += [k.hex() for k in rows["key"].filter(pa.array(gone)).to_pylist()]
     upserts = rows.filter(pa.array(put))
     removed = rows.filter(pa.array(gone))
@@ -330,9 +328,7 @@ def _by_model(records: list[InputRecord], stored: dict[bytes, Entry], wall_ms: i
 
     result = fold_batch(records, stored, wall_ms, t0, sem)
     folded.counts.add(result.counts)
-    if result.stream_time is not None:
-        folded.max_ts = (result.stream_time if folded.max_ts is None
-                         else max(folded.max_ts, result.stream_time))
+    folded.saw(result.stream_time, None)
     rows: list[dict] = []
     for out in result.outcomes:
         if not out.changed:
@@ -343,9 +339,7 @@ def _by_model(records: list[InputRecord], stored: dict[bytes, Entry], wall_ms: i
                          "headers": _arrow_headers(e.headers), "expires_at": e.expires_at,
                          "record_ttl": e.record_ttl, "removal_op": None})
             folded.upserted += 1
-            if e.expires_at is not None and (folded.earliest_expiry is None
-                                             or e.expires_at < folded.earliest_expiry):
-                folded.earliest_expiry = e.expires_at
+            folded.saw(None, e.expires_at)
         elif out.had_row:
             rows.append({"kind": "delete", "key": out.key, "value": None, "ts": None,
                          "headers": None, "expires_at": None, "record_ttl": None,
