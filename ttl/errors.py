@@ -40,6 +40,14 @@ class BrokerError(TtlError):
     action = "read the broker's server.log in its data directory."
 
 
+class ProgressUnreadable(TtlError):
+    """The changelog's progress topic could not be read to its end in time. Guessing would
+    restart publication from version 0 (or lose the input position), so nothing goes on."""
+
+    action = ("check that the brokers answer and the -progress topic's partition has a "
+              "leader, then start again.")
+
+
 class KafkaAccessDenied(TtlError):
     """The brokers refused the configured credentials."""
 

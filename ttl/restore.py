@@ -200,9 +200,23 @@ def convert(records, converter: str):
 SPLIT_KEY = "ttl-restore-split-key:"
 
 
-def latest_per_key(converted):
-    """The live last record per key in offset order (a key whose last record is a tombstone
-    is dropped), in one aggregation: one shuffle, no window.
+def per_key(converted):
+    """One aggregation (one shuffle, no window): per key its last record in offset order,
+    the partitions it was found in, and the figures the restore reports (records, last
+    ``ttl.version``, stream time), so the topic is read once."""
+    from pyspark.sql import functions as F
+
+    fields = [c for c in converted.columns if c != "key"]
+    return converted.groupBy("key").agg(
+        F.max_by(F.struct(*fields), "offset").alias("last"),
+        F.min("partition").alias("p_min"), F.max("partition").alias("p_max"),
+        F.count(F.lit(1)).alias("n"), F.max("version").alias("v"),
+        F.max("stream_time").alias("st"))
+
+
+def live_last(keyed):
+    """The live last record per key of ``per_key`` (a key whose last record is a tombstone
+    is dropped).
 
     A key found in two partitions fails the job that evaluates it (``assert_true``, so no
     separate pass looks for such keys first); ``restore`` turns that failure into a
@@ -211,16 +225,18 @@ def latest_per_key(converted):
     """
     from pyspark.sql import functions as F
 
-    fields = [c for c in converted.columns if c != "key"]
-    last = converted.groupBy("key").agg(
-        F.max_by(F.struct(*fields), "offset").alias("last"),
-        F.min("partition").alias("p_min"), F.max("partition").alias("p_max"))
+    fields = keyed.schema["last"].dataType.names
     one_partition = F.assert_true(F.col("p_min") == F.col("p_max"),
                                   F.concat(F.lit(SPLIT_KEY), F.hex("key"), F.lit(":")))
-    return (last.where(F.coalesce(one_partition.cast("boolean"),
-                                  F.col("last")["value"].isNotNull()))
+    return (keyed.where(F.coalesce(one_partition.cast("boolean"),
+                                   F.col("last")["value"].isNotNull()))
             .select(F.coalesce(one_partition.cast("binary"), F.col("key")).alias("key"),
                     *(F.col("last")[c].alias(c) for c in fields)))
+
+
+def latest_per_key(converted):
+    """The live last record per key in offset order (``per_key`` then ``live_last``)."""
+    return live_last(per_key(converted))
 
 
 def _split_key(exc: Exception) -> RestoreError | None:
@@ -260,6 +276,11 @@ def restore(spark, conf: Config, kafka: KafkaClients, target: str, *,
             if problems:
                 raise RestoreError("; ".join(problems))
             result.topic_settings = dict(state.settings)
+        progress = None
+        if converter == "engine" and until_version is None and until_offsets is None:
+            # Read before the end offsets are captured: every version up to the progress's is
+            # then inside the read (its records commit in the progress's transaction).
+            progress = _progress(kafka, name)
         marks = watermarks(kafka, name)
         result.end_offsets = bounded_ends(marks, until_offsets)
         result.records_total = sum(max(0, end - marks[p][0])
@@ -269,34 +290,31 @@ def restore(spark, conf: Config, kafka: KafkaClients, target: str, *,
         if until_version is not None:  # a point-in-time restore sees nothing after it
             converted = converted.where(F.col("version").isNull()
                                         | (F.col("version") <= until_version))
-        # Two passes over the topic (these stats, then the write) cost less than keeping
-        # the records between them (a local checkpoint writes and reads them all again).
-        with SparkProgress(spark, result.report_reading):
-            stats = converted.agg(F.count(F.lit(1)).alias("n"), F.max("version").alias("v"),
-                                  F.max("stream_time").alias("st")).first()
-        result.records_read = stats.n
-        if stats.n == 0 and _has_rows(spark, target):
-            raise RestoreError(f"changelog {name} is empty but {target} has entries: "
-                               "refusing to replace them with nothing (wrong topic?)")
-        result.last_version = stats.v
-        result.stream_time = stats.st
-        latest = latest_per_key(converted)
-        progress = None
-        if converter == "engine" and until_version is None and until_offsets is None:
-            progress = read_progress(kafka, progress_topic(name))
-            if progress.stream_time is not None:
-                result.stream_time = max(x for x in (progress.stream_time, result.stream_time)
-                                         if x is not None)
-            if progress.version == result.last_version:
-                result.input_offsets = progress.input_offsets
-        result.move(State.WRITING)
+        # The topic is read once: the per-key aggregate (one row per key, far fewer than
+        # the records) is kept for the figures and the write.
+        keyed = per_key(converted).persist()
         try:
-            _write(spark, conf, target, latest, result, wall_ms)
-        except Exception as exc:
-            split = _split_key(exc)
-            if split is None:
-                raise
-            raise split from None
+            with SparkProgress(spark, result.report_reading):
+                stats = keyed.agg(F.coalesce(F.sum("n"), F.lit(0)).alias("n"),
+                                  F.max("v").alias("v"), F.max("st").alias("st")).first()
+            result.records_read = stats.n
+            if stats.n == 0 and _has_rows(spark, target):
+                raise RestoreError(f"changelog {name} is empty but {target} has entries: "
+                                   "refusing to replace them with nothing (wrong topic?)")
+            result.last_version = stats.v
+            result.stream_time = stats.st
+            if progress is not None:
+                _resume_from(progress, result)
+            result.move(State.WRITING)
+            try:
+                _write(spark, conf, target, live_last(keyed), result, wall_ms)
+            except Exception as exc:
+                split = _split_key(exc)
+                if split is None:
+                    raise
+                raise split from None
+        finally:
+            keyed.unpersist()
         result.move(State.DONE)
     except Exception:
         if result.state is not State.DONE:
@@ -306,6 +324,39 @@ def restore(spark, conf: Config, kafka: KafkaClients, target: str, *,
         result.seconds = time.monotonic() - started
     log.info("%s", result.summary())
     return result
+
+
+def _progress(kafka: KafkaClients, name: str):
+    """The publisher's last progress on the changelog's ``-progress`` topic; ``None`` (the
+    input position stays unknown) when a changelog has no such topic."""
+    if kafka.watermarks(progress_topic(name)) is None:
+        log.warning("changelog %s has no progress topic %s: the input position to resume "
+                    "from is not known", name, progress_topic(name))
+        return None
+    return read_progress(kafka, progress_topic(name))
+
+
+def _resume_from(progress, result: RestoreResult) -> None:
+    """Stream time and the input position to resume from, when the read holds exactly the
+    state at the publisher's last progress.
+
+    The progress was read before the end offsets were captured, so every version up to it
+    is inside the read. If no record is newer (the last record's ``ttl.version`` is at most
+    the progress's: later versions may have published nothing, e.g. an OPTIMIZE, an empty
+    batch or a compacted tombstone), the restored state is the state at that version, and
+    its input position is the one to resume from. A newer record means a publisher ran
+    during the restore: the position is unknown, and the restore says so.
+    """
+    if progress.stream_time is not None:
+        result.stream_time = max(x for x in (progress.stream_time, result.stream_time)
+                                 if x is not None)
+    if result.last_version is None or result.last_version <= progress.version:
+        result.input_offsets = dict(progress.input_offsets)
+    else:
+        log.warning("restore of %s: the changelog holds version %s, newer than the "
+                    "publisher's progress (version %s): a publisher ran during the restore, "
+                    "so the input position is not recorded", result.target,
+                    result.last_version, progress.version)
 
 
 def _has_rows(spark, path: str) -> bool:

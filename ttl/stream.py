@@ -95,6 +95,10 @@ class StreamJob:
         self.query_started = threading.Event()
         self.stopping = threading.Event()
         self.end_offsets: dict[int, int] = {}
+        # The whole input position (every partition ever read, not only the last batch's):
+        # what each batch commit records, so a new checkpoint or a restore resumes every
+        # partition where it was (a partition absent from the last batch is not re-read).
+        self.position: dict[str, int] = {}
         self._last_stream_sweep: int | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -104,6 +108,7 @@ class StreamJob:
         self.lease.start_heartbeat(on_lost=self.stop)
         scheduler = schedule.build(self.conf, self.jobs, blocking=False)
         previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+        failure: BaseException | None = None
         try:
             for sig in previous:
                 signal.signal(sig, lambda *_: self.stop())
@@ -112,6 +117,7 @@ class StreamJob:
             scheduler.start()
             if available_now:
                 self.end_offsets = self._input_end_offsets()
+            self.position = self._recorded_position()
             self.query = self._start_query(available_now)
             self.query_started.set()
             log.info("stream %s started (query %s, checkpoint %s)", self.conf.store.name,
@@ -123,19 +129,44 @@ class StreamJob:
             if available_now and self.conf.eviction.clock in ("wall", "both"):
                 self.jobs.wall_sweep()
             return 0
+        except BaseException as exc:
+            failure = exc
+            raise
         finally:
-            if self.query is not None and self.query.isActive:
-                self.query.stop()
-            if scheduler.running:  # not yet started when an earlier step failed
-                scheduler.shutdown(wait=True)
-            with self.lock:
-                self._publish()
-            self.publisher.close()
-            self.lease.release()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-            self.summary.evicted["wall"] = self.jobs.evicted_total
-            log.info("stream %s stopped: %s", self.conf.store.name, self.summary.line())
+            self._shut_down(scheduler, failure)
+
+    def _shut_down(self, scheduler, failure: BaseException | None) -> None:
+        """Stop the query and the scheduler, publish what is left, close the producer, give
+        back the lease: every step runs even when an earlier one fails (a lease kept would
+        block the next run for a lease period; an unclosed producer loses its queue). The
+        first failure is raised afterwards, unless the run already failed (that error is
+        the one to see; the shutdown's are logged with their tracebacks)."""
+        steps = [
+            ("stop the query", lambda: self.query is not None and self.query.isActive
+             and self.query.stop()),
+            ("stop the scheduler", lambda: scheduler.running and scheduler.shutdown(wait=True)),
+            ("publish the last versions", self._publish_locked),
+            ("close the changelog producer", self.publisher.close),
+            ("release the lease", self.lease.release),
+        ]
+        first: BaseException | None = None
+        for what, step in steps:
+            try:
+                step()
+            except Exception as exc:  # noqa: BLE001 - the remaining steps must still run
+                log.error("stream %s: could not %s while stopping: %s", self.conf.store.name,
+                          what, exc, exc_info=failure is not None or first is not None)
+                first = first or exc
+        self.summary.evicted["wall"] = self.jobs.evicted_total
+        log.info("stream %s stopped: %s", self.conf.store.name, self.summary.line())
+        if first is not None and failure is None:
+            raise first
+
+    def _publish_locked(self):
+        with self.lock:
+            return self._publish()
 
     def _take_lease(self) -> None:
         take_lease(self.lease, self.conf.store.name, self.conf.eviction.lease)
@@ -162,23 +193,26 @@ class StreamJob:
             writer = writer.trigger(processingTime=f"{s.trigger} milliseconds")
         return writer.start()
 
-    def _starting_offsets(self) -> str:
-        """Where a *new* checkpoint starts: right after the input the table last recorded
-        (a batch's or a restore's ``input_offsets``), else the earliest offsets. An existing
-        checkpoint ignores this (Spark resumes from it)."""
-        jvm = self.spark.sparkContext._jvm
-        hadoop = self.spark.sparkContext._jsc.hadoopConfiguration()
-        marker = jvm.org.apache.hadoop.fs.Path(self.conf.stream.checkpoint + "/offsets")
-        if marker.getFileSystem(hadoop).exists(marker):
-            return "earliest"
+    def _recorded_position(self) -> dict[str, int]:
+        """The input position the table last recorded (a batch's or a restore's
+        ``input_offsets``; ``{}`` for a table no batch has written)."""
         recorded = delta_log.last_engine_commit(self.spark, self.store.path,
                                                 having="input_offsets")
         offsets = (recorded.metadata or {}).get("input_offsets") if recorded else None
-        if not offsets:
+        return {str(p): int(o) for p, o in (offsets or {}).items()}
+
+    def _starting_offsets(self) -> str:
+        """Where a *new* checkpoint starts: right after the input the table last recorded,
+        else the earliest offsets (a partition never read starts at its earliest). An
+        existing checkpoint ignores this (Spark resumes from it)."""
+        jvm = self.spark.sparkContext._jvm
+        hadoop = self.spark.sparkContext._jsc.hadoopConfiguration()
+        marker = jvm.org.apache.hadoop.fs.Path(self.conf.stream.checkpoint + "/offsets")
+        if marker.getFileSystem(hadoop).exists(marker) or not self.position:
             return "earliest"
-        log.info("new checkpoint: input resumes at %s (recorded in the table)", offsets)
+        log.info("new checkpoint: input resumes at %s (recorded in the table)", self.position)
         partitions = self.end_offsets or self._input_end_offsets()
-        start = {str(p): int(offsets.get(str(p), -2)) for p in partitions}  # -2: earliest
+        start = {str(p): self.position.get(str(p), -2) for p in partitions}  # -2: earliest
         return json.dumps({self.conf.kafka.input_topic: start})
 
     # -- one micro-batch ----------------------------------------------------------------------
@@ -193,7 +227,7 @@ class StreamJob:
                 F.when(F.col("timestamp").isNull(), F.lit(-1))
                  .otherwise(F.unix_millis("timestamp")).alias("timestamp"),
                 "headers", "partition", "offset").toArrow()
-            offsets = next_offsets(table)
+            offsets = {**self.position, **next_offsets(table)}
         self.query_started.wait()  # the first batch can start before start() returns
         query_id = self.query.id
         txn = (batch_txn_app_id(self.conf.store.name, query_id), batch_id)
@@ -216,6 +250,7 @@ class StreamJob:
                         records_published += published.records
             finally:
                 self.lock.release()
+            self.position = offsets
             jobs = phases.spark_jobs()
         finally:
             phases.close()

@@ -291,8 +291,15 @@ def test_disaster_recovery_resumes_the_stream_right_after_the_restored_input(
         spark, kafka, tmp_path):
     """Table and checkpoint lost; `ttl restore` rebuilds the table from the changelog with
     the input offsets it had consumed; a new stream starts right after them: nothing lost
-    (the new input arrives), nothing old re-applied (the job reads only the new records)."""
+    (the new input arrives), nothing old re-applied (the job reads only the new records).
+
+    Reliability scenarios 1 and 2: before the loss an OPTIMIZE and a last batch that read
+    only partition 0 and changed nothing (a delete of an absent key: an empty commit) make
+    the last published version newer than the last changelog record, and leave partition 1
+    out of the last batch. The restore still records the whole input position."""
     import shutil
+
+    from delta.tables import DeltaTable
 
     conf_path = write_conf(tmp_path, kafka)
     conf = load(conf_path)
@@ -302,11 +309,18 @@ def test_disaster_recovery_resumes_the_stream_right_after_the_restored_input(
     produce(kafka, conf_path, before)
     first = ttl("run", "--conf", str(conf_path), "--available-now")
     assert first.returncode == 0, first.stderr[-4000:]
+    DeltaTable.forPath(spark, conf.store.path).optimize().executeCompaction()
+    no_op = [InputRecord(b"absent", None, now, (), 0, 500)]
+    produce(kafka, conf_path, no_op)
+    noop_run = ttl("run", "--conf", str(conf_path), "--available-now")
+    assert noop_run.returncode == 0, noop_run.stderr[-4000:]
+    assert "records=1 " in noop_run.stdout, noop_run.stdout
     shutil.rmtree(conf.store.path)                                  # the disaster
     shutil.rmtree(conf.stream.checkpoint)
     restored = ttl("restore", "--conf", str(conf_path))
     assert restored.returncode == 0, restored.stderr[-4000:]
-    assert "input resumes at {" in restored.stdout, restored.stdout
+    resumes = next(line for line in restored.stdout.splitlines() if "input resumes at" in line)
+    assert "'0': 61" in resumes and "'1': 60" in resumes, restored.stdout
     after = [InputRecord(f"k{i % 45}".encode(), f"b{i}".encode(), now + i, (), i % 2, 200 + i)
              for i in range(60)]
     produce(kafka, conf_path, after)
@@ -318,6 +332,31 @@ def test_disaster_recovery_resumes_the_stream_right_after_the_restored_input(
     model.apply_batch(sorted(after, key=lambda r: (r.partition, r.offset)), now)
     expected = {k: (e.value, e.ts, e.headers) for k, e in model.entries.items()}
     assert table_rows(spark, conf.store.path) == expected            # nothing lost
+
+
+def test_a_new_checkpoint_resumes_every_partition_not_only_the_last_batchs(
+        spark, kafka, tmp_path):
+    """Reliability scenario 1: the last batch read only partition 0; the checkpoint is lost;
+    the new checkpoint resumes partition 1 where the table says it was, not at its earliest
+    offset (re-reading it would put old values back over newer ones)."""
+    import shutil
+
+    conf_path = write_conf(tmp_path, kafka)
+    conf = load(conf_path)
+    now = int(time.time() * 1000)
+    produce(kafka, conf_path, [InputRecord(b"p1", b"old", now, (), 1, 0),
+                               InputRecord(b"p0", b"v", now, (), 0, 0)])
+    first = ttl("run", "--conf", str(conf_path), "--available-now")
+    assert first.returncode == 0, first.stderr[-4000:]
+    produce(kafka, conf_path, [InputRecord(b"p1", None, now + 1, (), 0, 1)])  # a delete, p0
+    second = ttl("run", "--conf", str(conf_path), "--available-now")
+    assert second.returncode == 0, second.stderr[-4000:]
+    shutil.rmtree(conf.stream.checkpoint)                            # checkpoint lost
+    produce(kafka, conf_path, [InputRecord(b"new", b"n", now, (), 0, 2)])
+    third = ttl("run", "--conf", str(conf_path), "--available-now")
+    assert third.returncode == 0, third.stderr[-4000:]
+    assert "records=1 " in third.stdout, third.stdout                # p1's put not re-read
+    assert set(table_rows(spark, conf.store.path)) == {b"p0", b"new"}
 
 
 def test_schedule_daemon_sweeps_on_its_schedule_and_stops_on_sigterm(spark, kafka, tmp_path):

@@ -314,3 +314,62 @@ def test_a_batch_published_from_its_own_changes_equals_its_change_feed(spark, ka
     ops = sorted((k, dict(h)["ttl.op"]) for k, _, h in streams["known"])
     assert ops == [(b"gone", b"delete"), (b"kept", b"put"), (b"new", b"put"),
                    (b"old", b"expire")]
+
+
+def _committed_progress(kafka, kconf, version: int) -> str:
+    """One committed progress record at ``version`` (as the publisher writes it)."""
+    from confluent_kafka import Producer
+
+    from ttl.changelog.publisher import PROGRESS_KEY, Progress
+
+    name = topic.progress_topic(kconf.changelog_topic)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers,
+                         "transactional.id": f"t-{uuid.uuid4().hex}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(name, key=PROGRESS_KEY,
+                     value=Progress(version, NOW, {"0": 7}).to_json("s", NOW))
+    producer.commit_transaction(30)
+    return name
+
+
+def test_progress_behind_many_aborted_transactions_is_still_found(kafka, kconf):
+    """Reliability 13: a publisher that aborted more than 100 transactions in a row (a
+    crash loop) leaves only skipped records and abort markers in the progress topic's last
+    200 offsets; the last committed progress is still found, so publication does not
+    restart from version 0."""
+    from confluent_kafka import Producer
+
+    from ttl.changelog.publisher import PROGRESS_KEY
+
+    name = _committed_progress(kafka, kconf, 41)
+    aborting = Producer({"bootstrap.servers": kafka.bootstrap_servers,
+                         "transactional.id": f"t-{uuid.uuid4().hex}"})
+    aborting.init_transactions(30)
+    for _ in range(110):
+        aborting.begin_transaction()
+        aborting.produce(name, key=PROGRESS_KEY, value=b'{"version": 99}')
+        assert aborting.flush(30) == 0  # in the log before the abort (not purged unsent)
+        aborting.abort_transaction(30)
+    progress = read_progress(clients(kconf, kafka), name)
+    assert (progress.version, progress.input_offsets) == (41, {"0": 7})
+
+
+def test_a_progress_read_that_cannot_finish_raises_instead_of_starting_over(kafka, kconf):
+    """Reliability 13: a progress read that does not reach the topic's end in time (here
+    the broker holds every fetch: the consumer asks for more bytes than the topic has and
+    waits long for them) raises, naming the topic, instead of answering "nothing
+    published" (version -1: publication would restart from version 0)."""
+    from ttl.errors import ProgressUnreadable
+    from ttl.kafka import KafkaClients
+
+    name = _committed_progress(kafka, kconf, 41)
+
+    class SlowFetches(KafkaClients):
+        def consumer(self, **settings):
+            return super().consumer(**settings, **{"fetch.min.bytes": 50_000_000,
+                                                    "fetch.wait.max.ms": 60_000})
+
+    with pytest.raises(ProgressUnreadable, match=name):
+        read_progress(SlowFetches(kconf, kafka.bootstrap_servers), name, timeout=3)
+    assert read_progress(clients(kconf, kafka), name).version == 41  # the record is there

@@ -38,7 +38,7 @@ from ttl import delta_log
 from ttl.changelog import format as fmt
 from ttl.clock import Clock, WallClock
 from ttl.config import ChangelogConfig
-from ttl.errors import PublisherFenced
+from ttl.errors import ProgressUnreadable, PublisherFenced
 from ttl.kafka import KafkaClients
 from ttl.names import OP_SWEEP, progress_topic, publisher_transactional_id
 
@@ -79,31 +79,51 @@ class PublishResult:
 
 
 def read_progress(kafka: KafkaClients, topic: str, timeout: float = 30.0) -> Progress:
-    """The last committed progress record (``read_committed``), or a fresh ``Progress``."""
+    """The last committed progress record (``read_committed``), or a fresh ``Progress`` for
+    an empty topic.
+
+    The topic is read to its stable end; a read that does not get there within ``timeout``
+    raises ``ProgressUnreadable``: a partial read proves nothing, and a fresh ``Progress``
+    would republish from version 0.
+    """
     consumer = kafka.consumer(**{"enable.partition.eof": True})
     try:
         low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout)
-        if high <= low:
-            return Progress()
-        consumer.assign([TopicPartition(topic, 0, max(low, high - 200))])
-        last = None
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error() is not None:
-                if msg.error().code() == -191:  # _PARTITION_EOF: read up to the stable end
-                    break
-                raise KafkaException(msg.error())
-            if msg.key() == PROGRESS_KEY and msg.value() is not None:
-                last = msg.value()
-        if last is None:
-            return Progress()
-        doc = json.loads(last)
-        return Progress(doc["version"], doc.get("stream_time"), doc.get("input_offsets") or {})
+        # The last 200 offsets hold the last progress, unless aborted transactions (records
+        # a committed reader skips, and their markers) filled them: then the whole
+        # (compacted, small) topic.
+        for start in dict.fromkeys((max(low, high - 200), low)):
+            if high <= start:
+                break
+            last = _last_progress(consumer, topic, start, high, deadline, timeout)
+            if last is not None:
+                doc = json.loads(last)
+                return Progress(doc["version"], doc.get("stream_time"),
+                                doc.get("input_offsets") or {})
+        return Progress()
     finally:
         consumer.close()
+
+
+def _last_progress(consumer, topic: str, start: int, high: int, deadline: float,
+                   timeout: float) -> bytes | None:
+    """The last committed progress value from ``start`` to the stable end."""
+    consumer.assign([TopicPartition(topic, 0, start)])
+    last = None
+    while True:
+        if time.monotonic() > deadline:
+            raise ProgressUnreadable(f"the progress topic {topic} was not read to its end "
+                                     f"(offset {high}) within {timeout:.0f} s")
+        msg = consumer.poll(0.5)
+        if msg is None:
+            continue
+        if msg.error() is not None:
+            if msg.error().code() == -191:  # _PARTITION_EOF: read up to the stable end
+                return last
+            raise KafkaException(msg.error())
+        if msg.key() == PROGRESS_KEY and msg.value() is not None:
+            last = msg.value()
 
 
 class Publisher:
@@ -271,7 +291,10 @@ class Publisher:
             self.progress.stream_time = st if self.progress.stream_time is None else max(
                 st, self.progress.stream_time)
         if meta.get("input_offsets"):
-            self.progress.input_offsets = meta["input_offsets"]
+            # Merged, not replaced: a table written before batches recorded the whole input
+            # position has commits naming only the partitions their batch read.
+            self.progress.input_offsets = {**self.progress.input_offsets,
+                                           **meta["input_offsets"]}
 
     def _record(self, row, version: int, meta: dict, expired: set[str]) -> fmt.ChangelogRecord:
         key = bytes(row["key"])

@@ -1,0 +1,56 @@
+"""The stream job's shutdown path on real parts (Spark, Delta, Kafka), with a fault injected."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from tests.support import clients
+from ttl.changelog import topic
+from ttl.changelog.publisher import Publisher
+from ttl.config import from_dict
+from ttl.lease import Lease
+from ttl.store import DeltaStore
+from ttl.stream import StreamJob
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_failing_publication_still_gives_back_the_lease_and_closes_the_producer(
+        spark, kafka, tmp_path):
+    """Reliability 13: the changelog cannot be published (injected: every publish raises,
+    as a broker that went away would). The run fails with that error, not one raised while
+    stopping, and it still closes its producer and gives back its lease, so the next run
+    does not wait a lease period."""
+    name = f"sd-{uuid.uuid4().hex[:8]}"
+    conf = from_dict({
+        "store": {"name": name, "path": str(tmp_path / "store"), "ttl": "1h"},
+        "kafka": {"bootstrap_servers": kafka.bootstrap_servers, "input_topic": f"{name}-in",
+                  "changelog_topic": name, "changelog_partitions": 2},
+        "eviction": {"lease": "60s"},
+        "stream": {"checkpoint": str(tmp_path / "ckpt")},
+    })
+    kc = clients(conf, kafka)
+    topic.create(kc, conf.changelog)
+    store = DeltaStore(spark, conf.store)
+    publisher = Publisher(spark, store.path, name, kc, conf.changelog)
+    closed = []
+    real_close = publisher.close
+
+    def unreachable(*_args, **_kwargs):
+        raise RuntimeError(f"injected: the brokers of {name} went away")
+
+    def close() -> None:
+        closed.append(True)
+        real_close()
+
+    publisher.publish = unreachable
+    publisher.close = close
+    lease = Lease(spark, store.path, duration_ms=60_000, holder=f"stream:{name}")
+    job = StreamJob(conf, spark, store, kc, publisher, lease)
+    with pytest.raises(RuntimeError, match="injected"):
+        job.run(available_now=True)
+    assert closed == [True]
+    state = Lease(spark, store.path).current()
+    assert state is None or state.owner is None, state  # given back, not left to lapse
