@@ -115,9 +115,10 @@ class App:
         from ttl.changelog.publisher import Publisher
 
         store = store or self.store()
-        topic.prepare_for_store(store.spark, store.path, store.properties, self.kafka)
+        limit = self.conf.store.max_record_bytes
+        topic.prepare_for_store(store.spark, store.path, store.properties, self.kafka, limit)
         return Publisher(store.spark, store.path, self.conf.store.name, self.kafka,
-                         self.conf.changelog)
+                         self.conf.changelog, max_record_bytes=limit)
 
     def publish_now(self, store=None) -> str:
         """Publish the changelog up to the table's version, when the brokers are reachable."""
@@ -339,9 +340,13 @@ def restore(app: App, *, target: str | None = None, until_version: int | None = 
     conf = app.conf
     into_store = target is None or target == conf.store.path
     path = conf.store.path if into_store else target
+    if into_store:
+        _refuse_a_partial_source(conf, until_version, until_offsets, converter, source_topic)
     with app.claimed(into_store) as skipped:
         if skipped is not None:
             return skipped
+        if into_store:
+            _publish_before_restore(app)
         result = restore_mod.restore(app.spark, conf, app.kafka, path, converter=converter,
                                      until_version=until_version, until_offsets=until_offsets,
                                      source_topic=source_topic)
@@ -354,6 +359,60 @@ def restore(app: App, *, target: str | None = None, until_version: int | None = 
             finally:
                 publisher.close()
         return "\n".join(lines)
+
+
+def _refuse_a_partial_source(conf: Config, until_version, until_offsets, converter: str,
+                             source_topic: str | None) -> None:
+    """Into the store's own table only its own whole changelog may be restored: the store's
+    changelog must stay able to rebuild the table, and it holds neither a foreign topic's
+    keys nor the rollback of a point-in-time restore."""
+    from ttl.errors import RestoreError
+
+    why = []
+    if source_topic not in (None, conf.kafka.changelog_topic):
+        why.append(f"--topic {source_topic} is not the store's changelog")
+    if converter != "engine":
+        why.append(f"--converter {converter} reads a foreign changelog")
+    if until_version is not None or until_offsets is not None:
+        why.append("a point-in-time restore (--until-version/--until-offsets) rolls back "
+                   "changes the changelog keeps")
+    if why:
+        raise RestoreError(
+            f"refusing to restore into the store's own table {conf.store.path}: "
+            f"{'; '.join(why)}, so its changelog ({conf.kafka.changelog_topic}) could no "
+            "longer rebuild it. Operator action: restore into another path with --target, "
+            "drill or inspect it, then point store.path at it")
+
+
+def _publish_before_restore(app: App) -> None:
+    """Versions the table committed but never published would be lost by a restore (the
+    input offsets move past them): publish them first, or refuse."""
+    from ttl import delta_log
+    from ttl.changelog.publisher import read_progress
+    from ttl.errors import RestoreError
+    from ttl.names import progress_topic
+
+    path = app.conf.store.path
+    if not delta_log.is_delta_table(app.spark, path):
+        return  # the table is gone (the disaster): nothing of it can be published
+    latest = delta_log.latest_version(app.spark, path)
+    published = read_progress(app.kafka, progress_topic(app.conf.kafka.changelog_topic))
+    if published.version >= latest:
+        return
+    log.info("restore: publishing versions %s..%s of %s first", published.version + 1, latest,
+             path)
+    try:
+        publisher = app.publisher()
+        try:
+            publisher.publish()
+        finally:
+            publisher.close()
+    except Exception as exc:
+        raise RestoreError(
+            f"{path} has versions {published.version + 1}..{latest} not yet on the "
+            f"changelog and they could not be published ({exc}); a restore now would lose "
+            "them. Operator action: fix what stops publication (or, if the table itself is "
+            "lost, move it away) and run the restore again") from exc
 
 
 def drill(app: App, report_path: Path | None = None, source_topic: str | None = None):

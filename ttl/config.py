@@ -21,6 +21,7 @@ from pydantic import (
     Field,
     ValidationError,
     field_validator,
+    model_validator,
 )
 
 try:
@@ -76,9 +77,27 @@ class StoreConfig(_Section):
     late_records: Literal["update", "drop"] = "update"
     missing_timestamp: Literal["reject", "ingest_time"] = "reject"
     max_future: DurationMs = 86_400_000
-    max_value_bytes: int = Field(default=1_048_576, gt=0)
+    max_value_bytes: int = Field(default=921_600, gt=0)
     max_headers_bytes: int = Field(default=65_536, gt=0)
+    #: The largest changelog record an entry may make (key, value, headers, the engine's
+    #: headers); larger records are dead-lettered. The publisher's producer allows exactly
+    #: this (``message.max.bytes``); the changelog topic's ``max.message.bytes`` must too.
+    max_record_bytes: int = Field(default=1_000_000, gt=0, le=1_000_000_000)
     dead_letter_path: Location | None = None
+
+    @model_validator(mode="after")
+    def _limits_fit_a_changelog_record(self) -> StoreConfig:
+        from ttl.model import CHANGELOG_OVERHEAD
+
+        need = self.max_value_bytes + self.max_headers_bytes + CHANGELOG_OVERHEAD
+        if need > self.max_record_bytes:
+            raise ValueError(
+                f"store.max_value_bytes ({self.max_value_bytes}) + store.max_headers_bytes "
+                f"({self.max_headers_bytes}) + {CHANGELOG_OVERHEAD} bytes of changelog "
+                f"framing = {need} exceed store.max_record_bytes ({self.max_record_bytes}): "
+                "a record within the limits could not be published; lower the limits, or "
+                "raise store.max_record_bytes (and the changelog topic's max.message.bytes)")
+        return self
 
     @property
     def dead_letters(self) -> str:

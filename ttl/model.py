@@ -43,12 +43,26 @@ _DECIMAL = re.compile(rb"-?[0-9]{1,19}")
 # Rejection reason codes, in the order validation checks them.
 NULL_KEY = "null_key"
 BAD_ENGINE_HEADER = "bad_engine_header"
+BAD_HEADER_KEY = "bad_header_key"
 MISSING_TIMESTAMP = "missing_timestamp"
 FUTURE_TIMESTAMP = "future_timestamp"
 VALUE_TOO_LARGE = "value_too_large"
 HEADERS_TOO_LARGE = "headers_too_large"
-REASONS = (NULL_KEY, BAD_ENGINE_HEADER, MISSING_TIMESTAMP, FUTURE_TIMESTAMP, VALUE_TOO_LARGE,
-           HEADERS_TOO_LARGE)
+TOO_LARGE_TO_PUBLISH = "too_large_to_publish"
+REASONS = (NULL_KEY, BAD_ENGINE_HEADER, BAD_HEADER_KEY, MISSING_TIMESTAMP, FUTURE_TIMESTAMP,
+           VALUE_TOO_LARGE, HEADERS_TOO_LARGE, TOO_LARGE_TO_PUBLISH)
+
+#: What Kafka's Java client (Spark's Kafka source) makes of header-name bytes that are not
+#: UTF-8: the replacement character. The name as sent is lost, so the record is refused
+#: rather than stored and published under a name nobody sent.
+REPLACEMENT_CHARACTER = "\ufffd"
+
+#: What a changelog record adds to its key, value and user headers, at most: the engine's
+#: headers (five names with int64 decimals, about 160 bytes), their length varints and the
+#: record's own framing in a Kafka record batch.
+CHANGELOG_OVERHEAD = 512
+#: Per user header: the varints of its name's and value's lengths (5 bytes each at most).
+HEADER_OVERHEAD = 10
 
 
 @dataclass(frozen=True)
@@ -59,13 +73,14 @@ class Semantics:
     late_records: Literal["update", "drop"] = "update"
     missing_timestamp: Literal["reject", "ingest_time"] = "reject"
     max_future: int = 86_400_000
-    max_value_bytes: int = 1_048_576
+    max_value_bytes: int = 921_600
     max_headers_bytes: int = 65_536
+    max_record_bytes: int = 1_000_000
 
     @classmethod
     def from_config(cls, store) -> Semantics:
         return cls(store.ttl, store.late_records, store.missing_timestamp, store.max_future,
-                   store.max_value_bytes, store.max_headers_bytes)
+                   store.max_value_bytes, store.max_headers_bytes, store.max_record_bytes)
 
 
 def parse_engine_int(raw: bytes | None) -> int | None:
@@ -78,6 +93,13 @@ def parse_engine_int(raw: bytes | None) -> int | None:
 
 def headers_size(headers: Headers) -> int:
     return sum(len(k.encode()) + len(v or b"") for k, v in headers)
+
+
+def changelog_size(key: bytes, value: bytes | None, user_headers: Headers) -> int:
+    """An upper bound on the bytes of the changelog record a put of this entry makes (what
+    the publisher's producer and the topic's ``max.message.bytes`` must allow)."""
+    return (len(key) + len(value or b"") + headers_size(user_headers)
+            + HEADER_OVERHEAD * len(user_headers) + CHANGELOG_OVERHEAD)
 
 
 def _engine_headers(headers: Headers) -> tuple[dict[str, int], Headers] | str:
@@ -109,6 +131,10 @@ def validate(rec: InputRecord, wall_ms: int, t0: int, sem: Semantics) -> ValidRe
     if isinstance(parsed, str):
         return Rejection(rec, BAD_ENGINE_HEADER, parsed)
     engine, user_headers = parsed
+    mangled = next((k for k, _ in user_headers if REPLACEMENT_CHARACTER in k), None)
+    if mangled is not None:
+        return Rejection(rec, BAD_HEADER_KEY, f"header name {mangled!r} was not UTF-8 "
+                         "(the replacement character stands for its bytes)")
     if HEADER_TS in engine:
         ts, missing = engine[HEADER_TS], engine[HEADER_TS] == NO_TIMESTAMP
     else:
@@ -128,6 +154,11 @@ def validate(rec: InputRecord, wall_ms: int, t0: int, sem: Semantics) -> ValidRe
     size = headers_size(rec.headers)
     if size > sem.max_headers_bytes:
         return Rejection(rec, HEADERS_TOO_LARGE, f"{size} > {sem.max_headers_bytes} bytes")
+    size = changelog_size(rec.key, rec.value, user_headers)
+    if size > sem.max_record_bytes:
+        return Rejection(rec, TOO_LARGE_TO_PUBLISH,
+                         f"its changelog record would be {size} > {sem.max_record_bytes} "
+                         "bytes (store.max_record_bytes)")
     return ValidRecord(rec.key, rec.value, ts, user_headers, engine.get(HEADER_TTL),
                        rec.partition, rec.offset)
 

@@ -79,11 +79,48 @@ def upgrade_in_place(spark, conf: Config, *, clock: Clock | None = None) -> str:
     return f"{path} upgraded in place to format v3 (missing timestamps backfilled with {now})"
 
 
+#: The commits an in-place upgrade makes (steps 1-4); any other after it is a use.
+_UPGRADE_STEPS = {"SET TBLPROPERTIES", "ADD COLUMNS", "UPDATE"}
+
+
+def _writes_since_upgrade(spark, path: str, from_version: int) -> list[str]:
+    """The commits after a completed upgrade that are not its own steps (``version op``).
+
+    The upgrade made property changes, column additions and one backfill UPDATE, in that
+    order, and its last commit marked the table v3. Anything else after ``from_version``
+    (a batch, a sweep, a second UPDATE, an engine commit) means the store was used."""
+    found, updates = [], 0
+    latest = delta_log.latest_version(spark, path)
+    for version in range(from_version + 1, latest + 1):
+        info = delta_log.commit_info(spark, path, version)
+        if info is None:  # the log no longer holds it: cannot prove it was a step
+            found.append(f"{version} (gone from the log)")
+            continue
+        updates += info.operation == "UPDATE"
+        if (info.operation not in _UPGRADE_STEPS or info.metadata is not None
+                or updates > 1):
+            found.append(f"{version} {info.operation}")
+    return found
+
+
 def rollback(spark, conf: Config) -> str:
-    """Undo a (possibly half-done) in-place upgrade: RESTORE the version recorded before it."""
+    """Undo a (possibly half-done) in-place upgrade: RESTORE the version recorded before it.
+
+    A completed upgrade (the table is marked v3) that the store has used since is refused:
+    RESTORE would discard every write after the upgrade. A half-done one is never in use
+    (the engine opens only a marked table)."""
     path = conf.store.path
     version = delta_log.properties(spark, path).get(PROP_FROM_VERSION)
     if version is None:
         return f"{path}: no in-place upgrade to roll back"
+    if detect(spark, path) == 3:
+        used = _writes_since_upgrade(spark, path, int(version))
+        if used:
+            raise LayoutError(
+                f"{path}: the upgrade completed and the store has been written since "
+                f"(versions {', '.join(used[:5])}{', ...' if len(used) > 5 else ''}); a "
+                f"rollback to version {version} would discard those writes. Operator action: "
+                "keep the v3 table; to get a legacy copy, read it with time travel "
+                f"(VERSION AS OF {version}) into another path")
     spark.sql(f"RESTORE TABLE delta.`{path}` TO VERSION AS OF {int(version)}")
     return f"{path} rolled back to version {version} (its layout before the upgrade)"

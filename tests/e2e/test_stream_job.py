@@ -269,11 +269,24 @@ def test_idle_input_keys_expire_with_tombstones_while_no_records_arrive(spark, k
      "stream.max_offsets_per_trigger"),
     ("", "kafka.input_topic"),
     ("", "cleanup.policy"),
+    ('ttl = "1d"|ttl = "1d"\nmax_value_bytes = 1048576', "store.max_record_bytes (1000000)"),
+    ("", "max.message.bytes is 500000"),
 ])
 def test_bad_configuration_fails_at_start_naming_the_setting(kafka, tmp_path, change,
                                                              message):
+    """Reliability 7 among them: size limits a changelog record cannot carry (the profile's
+    own, or the changelog topic's max.message.bytes) are refused at start, naming them."""
     policy = "delete" if message == "cleanup.policy" else None
     conf_path = write_conf(tmp_path, kafka, changelog_policy=policy)
+    if message.startswith("max.message.bytes"):
+        from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+        name = load(conf_path).kafka.changelog_topic
+        resource = ConfigResource(ConfigResource.Type.TOPIC, name, incremental_configs=[
+            ConfigEntry("max.message.bytes", "500000",
+                        incremental_operation=AlterConfigOpType.SET)])
+        admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+        admin.incremental_alter_configs([resource])[resource].result(30)
     if "|" in change:  # a replacement: old|new
         old, new = change.split("|")
         conf_path.write_text(conf_path.read_text().replace(old, new))
@@ -285,6 +298,61 @@ def test_bad_configuration_fails_at_start_naming_the_setting(kafka, tmp_path, ch
     proc = ttl("run", "--conf", str(conf_path), "--available-now", timeout=180)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert message in proc.stderr
+
+
+def test_every_class_of_bad_input_is_dead_lettered_with_its_reason_and_the_job_goes_on(
+        spark, kafka, tmp_path):
+    """Reliability, bad input (README's table, one record per class) and scenario 7 as the
+    issue tried it: a 1,000,001-byte value was wedging the job. Each bad record lands in the
+    dead-letter table with its reason; the good ones between them are stored and published
+    (a value at the limit too); the run exits 0, and so does the next one."""
+    conf_path = write_conf(tmp_path, kafka)
+    conf = load(conf_path)
+    now = int(time.time() * 1000)
+    bad = [  # (key, value, headers, kafka timestamp, reason)
+        (None, b"v", [], now, "null_key"),
+        (b"b1", b"v", [("ttl.ttl", b"zero")], now, "bad_engine_header"),
+        # what Spark's Kafka source makes of a name's non-UTF-8 bytes (a Go or C producer
+        # can send them; confluent-kafka's Python API sends names as text)
+        (b"b2", b"v", [("n\ufffd\ufffd", b"v")], now, "bad_header_key"),
+        (b"b3", b"v", [("ttl.ts", b"-9223372036854775808")], now, "missing_timestamp"),
+        (b"b4", b"v", [("ttl.ts", str(now + 2 * DAY).encode())], now, "future_timestamp"),
+        (b"b5", b"v" * 1_000_001, [], now, "value_too_large"),
+        (b"b6", b"v", [("big", b"h" * 70_000)], now, "headers_too_large"),
+        (b"k" * 999_600, b"v", [], now, "too_large_to_publish"),
+    ]
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers,
+                         "message.max.bytes": 1_040_000, "compression.type": "lz4"})
+    failed = []
+
+    def send(key, value, headers, partition, ts) -> None:  # one record per batch: a big one
+        producer.produce(conf.kafka.input_topic, key=key, value=value, headers=headers,
+                         partition=partition, timestamp=ts,  # must not sink its neighbours
+                         on_delivery=lambda err, _msg: err and failed.append(err))
+        assert producer.flush(30) == 0
+
+    for i, (key, value, headers, ts, _) in enumerate(bad):
+        send(key, value, headers, 0, ts)
+        send(b"good-%d" % i, b"g", [], 0, now)
+    send(b"edge", b"e" * 921_600, [], 1, now)
+    assert failed == []
+    first = ttl("run", "--conf", str(conf_path), "--available-now")
+    assert first.returncode == 0, first.stderr[-4000:]
+    assert f"records={2 * len(bad) + 1} " in first.stdout, first.stdout
+    assert f"rejected={len(bad)} " in first.stdout, first.stdout
+    dead = spark.read.format("delta").load(conf.store.dead_letters).collect()
+    assert sorted(r.reason for r in dead) == sorted(reason for *_, reason in bad)
+    assert all(r.detail for r in dead)
+    good = {b"good-%d" % i for i in range(len(bad))} | {b"edge"}
+    assert set(table_rows(spark, conf.store.path)) == good
+    msgs = consume_all(kafka.bootstrap_servers, conf.kafka.changelog_topic, len(good),
+                       timeout=60)
+    assert {m.key() for m in msgs} == good
+    assert {len(m.value()) for m in msgs if m.key() == b"edge"} == {921_600}
+    produce(kafka, conf_path, [InputRecord(b"after", b"a", now, (), 1, 0)])
+    second = ttl("run", "--conf", str(conf_path), "--available-now")
+    assert second.returncode == 0, second.stderr[-4000:]
+    assert "records=1 " in second.stdout, second.stdout
 
 
 def test_disaster_recovery_resumes_the_stream_right_after_the_restored_input(

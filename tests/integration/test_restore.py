@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.support import clients, operator_sql, retrying, run_concurrently
-from ttl import app, drill, eviction
+from ttl import app, delta_log, drill, eviction
 from ttl.changelog import topic
 from ttl.changelog.publisher import Publisher, read_progress
 from ttl.clock import FixedClock
@@ -308,3 +308,47 @@ def test_point_in_time_restore_up_to_a_version_or_to_offsets(spark, kafka, tmp_p
     with pytest.raises(RestoreError, match=r"every partition.*missing \[1\]"):
         restore(spark, conf, clients(conf, kafka), str(tmp_path / "x"),
                 until_offsets={0: 1})
+
+
+def test_a_restore_into_the_store_publishes_unpublished_versions_first(spark, kafka, tmp_path):
+    """Reliability 3: a version the table committed but never published (the stream died
+    before publishing it) is published before the restore reads the changelog, so the
+    restore keeps it instead of silently dropping it."""
+    conf = make_conf(tmp_path, kafka, ttl="1h")
+    store = DeltaStore(spark, conf.store, wall_clock=FixedClock(NOW))
+    store.apply_records([InputRecord(b"published", b"v", NOW, (), 0, 0)],
+                        metadata={"input_offsets": {"0": 1}})
+    publisher = Publisher(spark, conf.store.path, conf.store.name,
+                          clients(conf, kafka), conf.changelog)
+    publisher.publish()
+    publisher.close()
+    store.apply_records([InputRecord(b"unpublished", b"v", NOW, (), 0, 1)],
+                        metadata={"input_offsets": {"0": 2}})       # then the crash
+    text = app.restore(app.App(conf, bootstrap=kafka.bootstrap_servers, spark=spark,
+                               wall_clock=FixedClock(NOW)))
+    assert "restore done" in text, text
+    restored = DeltaStore(spark, conf.store, wall_clock=FixedClock(NOW))
+    assert set(restored.entries()) == {b"published", b"unpublished"}
+    assert {m.key() for m in _all(kafka, conf.kafka.changelog_topic)} == {
+        b"published", b"unpublished"}
+    progress = read_progress(clients(conf, kafka), topic.progress_topic(conf.kafka.changelog_topic))
+    assert progress.input_offsets == {"0": 2}
+
+
+@pytest.mark.parametrize("partial", ["foreign topic", "point in time"])
+def test_a_restore_the_changelog_could_not_rebuild_is_refused_for_the_store(
+        spark, kafka, tmp_path, topic_factory, partial):
+    """Reliability 4: into the store's own table, a foreign topic or a point-in-time restore
+    would leave the store's changelog unable to rebuild it: refused naming why and what to
+    do (restore elsewhere with --target), and the table is unchanged."""
+    conf = make_conf(tmp_path, kafka, ttl="1h")
+    store = DeltaStore(spark, conf.store, wall_clock=FixedClock(NOW))
+    store.apply_records([InputRecord(b"k", b"v", NOW, (), 0, 0)])
+    before = delta_log.latest_version(spark, conf.store.path)
+    kwargs = ({"source_topic": topic_factory("foreign", partitions=1,
+                                             config={"cleanup.policy": "compact"}),
+               "converter": "plain"} if partial == "foreign topic" else {"until_version": 0})
+    with pytest.raises(RestoreError, match="--target") as refused:
+        app.restore(app.App(conf, bootstrap=kafka.bootstrap_servers, spark=spark), **kwargs)
+    assert ("--topic" if partial == "foreign topic" else "--until-version") in str(refused.value)
+    assert delta_log.latest_version(spark, conf.store.path) == before

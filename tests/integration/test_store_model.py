@@ -52,7 +52,8 @@ def _run_against_model(spark, tmp_path_factory, sem, clock, plan) -> None:
     conf = StoreConfig(name="m", path=path, ttl=sem.ttl, late_records=sem.late_records,
                        missing_timestamp=sem.missing_timestamp, max_future=sem.max_future,
                        max_value_bytes=sem.max_value_bytes,
-                       max_headers_bytes=sem.max_headers_bytes)
+                       max_headers_bytes=sem.max_headers_bytes,
+                       max_record_bytes=sem.max_record_bytes)
     wall = FixedClock(plan[0].wall_ms)
     store = DeltaStore(spark, conf, clock=clock, wall_clock=wall)
     model = ReferenceStore(sem, clock)

@@ -76,6 +76,26 @@ def test_a_half_done_upgrade_resumes_or_rolls_back(spark, table_path):
     assert len(DeltaStore(spark, conf.store, wall_clock=FixedClock(NOW)).entries()) == 2
 
 
+def test_rollback_refuses_a_completed_upgrade_the_store_has_written_since(spark, table_path):
+    """Reliability 11: right after a completed upgrade a rollback still works; once the
+    store has written (a batch), it is refused naming the writes, and nothing changes."""
+    from ttl.record import InputRecord
+
+    legacy_table(spark, table_path, 2)
+    conf = conf_for(table_path)
+    upgrade.upgrade_in_place(spark, conf, clock=FixedClock(NOW))
+    assert "rolled back" in upgrade.rollback(spark, conf)           # nothing written since
+    assert upgrade.detect(spark, table_path) == 2
+    upgrade.upgrade_in_place(spark, conf, clock=FixedClock(NOW))
+    store = DeltaStore(spark, conf.store, wall_clock=FixedClock(NOW))
+    store.apply_records([InputRecord(b"new", b"v", NOW, (), 0, 0)])
+    before = store.entries()
+    with pytest.raises(LayoutError, match=r"written since \(versions \d+ (MERGE|WRITE)"):
+        upgrade.rollback(spark, conf)
+    assert upgrade.detect(spark, table_path) == 3
+    assert store.entries() == before and b"new" in before
+
+
 def test_roll_over_restores_a_v3_table_from_a_legacy_changelog(spark, kafka, table_path,
                                                                topic_factory, tmp_path):
     legacy_table(spark, table_path, 1)

@@ -66,6 +66,31 @@ def test_invalid_toml_names_the_file(tmp_path):
         config.load(bad)
 
 
+def test_size_limits_that_a_changelog_record_cannot_carry_are_refused_naming_them():
+    """Reliability 7: a value within store.max_value_bytes must fit a changelog record."""
+    assert config.from_dict(MINIMAL).store.max_record_bytes == 1_000_000  # defaults fit
+    raw = {**MINIMAL, "store": {**MINIMAL["store"], "max_value_bytes": 1_048_576}}
+    with pytest.raises(ConfigError, match=r"store\.max_value_bytes \(1048576\) \+ "
+                       r"store\.max_headers_bytes \(65536\).*store\.max_record_bytes "
+                       r"\(1000000\)"):
+        config.from_dict(raw)
+    raised = {**raw, "store": {**raw["store"], "max_record_bytes": 2_000_000}}
+    assert config.from_dict(raised).store.max_value_bytes == 1_048_576
+
+
+def test_a_changelog_topic_that_cannot_carry_the_largest_record_is_named():
+    from ttl.changelog.topic import TopicState, max_message_needed, size_violations
+
+    need = max_message_needed(1_000_000)
+    assert need <= 1_048_588  # Kafka's default max.message.bytes carries the default limit
+    fits = TopicState("cl", 2, {"max.message.bytes": str(need)})
+    assert size_violations(fits, 1_000_000) == []
+    small = TopicState("cl", 2, {"max.message.bytes": "500000"})
+    (problem,) = size_violations(small, 1_000_000)
+    assert "topic cl: max.message.bytes is 500000" in problem
+    assert "store.max_record_bytes (1000000)" in problem
+
+
 def test_vacuum_refuses_a_retention_shorter_than_publisher_lag_plus_drill_window():
     from ttl.eviction import vacuum
 

@@ -39,11 +39,13 @@ from tests.strategies import (
 from ttl.clock import StreamTime, batch_clock
 from ttl.model import (
     BAD_ENGINE_HEADER,
+    BAD_HEADER_KEY,
     FUTURE_TIMESTAMP,
     HEADERS_TOO_LARGE,
     MISSING_TIMESTAMP,
     NULL_KEY,
     REASONS,
+    TOO_LARGE_TO_PUBLISH,
     VALUE_TOO_LARGE,
     Counts,
     ReferenceStore,
@@ -478,14 +480,16 @@ def test_unset_stream_time_expires_nothing():
 
 # --- validation ---------------------------------------------------------------------------------
 
-SMALL = Semantics(max_value_bytes=4, max_headers_bytes=16)
+SMALL = Semantics(max_value_bytes=4, max_headers_bytes=16, max_record_bytes=542)
 FAULTS = {  # one per reason code, in BRIEF order; each turns a good record into a bad one
     NULL_KEY: lambda r: dataclasses.replace(r, key=None),
     BAD_ENGINE_HEADER: lambda r: dataclasses.replace(r, headers=(*r.headers, ("ttl.x", b"1"))),
+    BAD_HEADER_KEY: lambda r: dataclasses.replace(r, headers=(("n\ufffd", b"1"), *r.headers)),
     MISSING_TIMESTAMP: lambda r: dataclasses.replace(r, timestamp=-1),
     FUTURE_TIMESTAMP: lambda r: dataclasses.replace(r, timestamp=W + DAY_MS + 1),
     VALUE_TOO_LARGE: lambda r: dataclasses.replace(r, value=b"12345"),
     HEADERS_TOO_LARGE: lambda r: dataclasses.replace(r, headers=(("big", b"x" * 20), *r.headers)),
+    TOO_LARGE_TO_PUBLISH: lambda r: dataclasses.replace(r, key=b"k" * 200),
 }
 
 
@@ -535,6 +539,14 @@ def test_size_limits_are_inclusive():
     assert accepted(rec(headers=(("k" * 8, b"x" * 8),)), SMALL)
     assert reason(rec(headers=(("k" * 8, b"x" * 9),)), SMALL) == HEADERS_TOO_LARGE
     assert accepted(delete(), Semantics(max_value_bytes=1))
+    # key + value + headers (+10 each) + 512 of changelog framing <= max_record_bytes (542)
+    assert accepted(rec(key=b"k" * 26, value=b"1234"), SMALL)
+    assert reason(rec(key=b"k" * 27, value=b"1234"), SMALL) == TOO_LARGE_TO_PUBLISH
+    assert accepted(rec(key=b"k" * 15, value=b"1", headers=(("h", b""),)), SMALL)
+    assert reason(rec(key=b"k" * 15, value=b"1", headers=(("h", b""),) * 2),
+                  SMALL) == TOO_LARGE_TO_PUBLISH  # 15 + 1 + 2 * (1 + 10) + 512 = 550
+    assert accepted(delete(key=b"k" * 30), SMALL)
+    assert reason(delete(key=b"k" * 31), SMALL) == TOO_LARGE_TO_PUBLISH  # a tombstone too
 
 
 @pytest.mark.parametrize(("raw", "expected"), [
@@ -665,6 +677,8 @@ class Naive:
             if n is None or (name == "ttl.ttl" and n <= 0):
                 return BAD_ENGINE_HEADER
             engine[name] = n
+        if any("\ufffd" in k for k, _ in user):  # non-UTF-8 bytes, as Java decodes them
+            return BAD_HEADER_KEY
         if "ttl.ts" in engine:
             ts, is_missing = engine["ttl.ts"], engine["ttl.ts"] == -(2**63)
         else:
@@ -681,6 +695,12 @@ class Naive:
         if sum(len(k.encode()) + len(v or b"") for k, v in r.headers) > \
                 self.sem.max_headers_bytes:
             return HEADERS_TOO_LARGE
+        # the changelog record: key, value, user headers with 10 bytes of varints each,
+        # and 512 bytes for the engine's headers and the record's framing
+        if len(r.key) + len(r.value or b"") + sum(len(k.encode()) + len(v or b"") + 10
+                                                  for k, v in user) + 512 > \
+                self.sem.max_record_bytes:
+            return TOO_LARGE_TO_PUBLISH
         return ts, engine.get("ttl.ttl"), tuple(user)
 
     def apply(self, key: bytes, value: bytes | None, ts: int, ttl: int | None, headers,

@@ -130,7 +130,8 @@ class Publisher:
     """Publishes a store's table changes; one live instance per store (fenced)."""
 
     def __init__(self, spark, table_path: str, store_name: str, kafka: KafkaClients,
-                 changelog: ChangelogConfig, *, clock: Clock | None = None) -> None:
+                 changelog: ChangelogConfig, *, clock: Clock | None = None,
+                 max_record_bytes: int = 1_000_000) -> None:
         self.spark = spark
         self.path = table_path
         self.store = store_name
@@ -147,6 +148,8 @@ class Publisher:
             "queue.buffering.max.messages": 1_000_000,
             "queue.buffering.max.kbytes": 1_048_576,
             "transaction.timeout.ms": changelog.transaction_timeout,
+            # Every record the store accepts fits (store.max_record_bytes bounds it).
+            "message.max.bytes": max_record_bytes,
         })
         self.producer.init_transactions(60)  # fences any older publisher of this store
         self.progress = read_progress(kafka, self.progress_topic)

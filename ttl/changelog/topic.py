@@ -97,12 +97,36 @@ def violations(state: TopicState | None, name: str, expected_partitions: int | N
     return problems
 
 
-def check(kafka: KafkaClients, recorded_partitions: int | None) -> TopicState:
+def max_message_needed(max_record_bytes: int) -> int:
+    """The changelog topic's smallest ``max.message.bytes`` for records of
+    ``max_record_bytes``: the broker checks the compressed batch, and lz4 can grow an
+    incompressible record by 1/255 plus its frame."""
+    return max_record_bytes + max_record_bytes // 255 + 64
+
+
+def size_violations(state: TopicState | None, max_record_bytes: int) -> list[str]:
+    """The topic's ``max.message.bytes`` against the store's largest record."""
+    if state is None or "max.message.bytes" not in state.settings:
+        return []
+    allowed = int(state.settings["max.message.bytes"])
+    need = max_message_needed(max_record_bytes)
+    if allowed >= need:
+        return []
+    return [f"topic {state.name}: max.message.bytes is {allowed}, below the {need} bytes "
+            f"store.max_record_bytes ({max_record_bytes}) needs: a record the store accepts "
+            "could not be published (raise the topic's max.message.bytes, or lower "
+            "store.max_record_bytes)"]
+
+
+def check(kafka: KafkaClients, recorded_partitions: int | None,
+          max_record_bytes: int | None = None) -> TopicState:
     """Refuse (``TopicError``) a changelog or progress topic that breaks a rule."""
     problems = []
     name = kafka.conf.changelog_topic
     state = describe(kafka, name)
     problems += violations(state, name, recorded_partitions)
+    if max_record_bytes is not None:
+        problems += size_violations(state, max_record_bytes)
     progress = progress_topic(name)
     problems += violations(describe(kafka, progress), progress, 1)
     if problems:
@@ -118,14 +142,14 @@ def recorded_partitions(properties: dict[str, str]) -> int | None:
 
 
 def prepare_for_store(spark, table_path: str, properties: dict[str, str],
-                      kafka: KafkaClients) -> TopicState:
+                      kafka: KafkaClients, max_record_bytes: int | None = None) -> TopicState:
     """Check the topics before a writer starts; record the partition count on first use.
 
     The count goes into the table (``ttl.changelog.partitions``) the first time a writer
     sees the topic, and from then on a topic with another count is refused.
     """
     recorded = recorded_partitions(properties)
-    state = check(kafka, recorded)
+    state = check(kafka, recorded, max_record_bytes)
     if recorded is None:
         set_properties(spark, table_path, {PROP_PARTITIONS: str(state.partitions)})
         properties[PROP_PARTITIONS] = str(state.partitions)

@@ -32,7 +32,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ttl.model import Counts, Semantics, fold_batch
+from ttl.model import (
+    CHANGELOG_OVERHEAD,
+    HEADER_OVERHEAD,
+    REPLACEMENT_CHARACTER,
+    Counts,
+    Semantics,
+    fold_batch,
+)
 from ttl.names import ENGINE_PREFIX
 from ttl.record import Entry, Headers, InputRecord
 from ttl.store.layout import headers_arrow_type
@@ -146,9 +153,11 @@ def _plain(table, wall_ms: int, sem: Semantics):
     ok = pc.and_(pc.is_valid(key), pc.is_valid(ts))
     ok = pc.and_(ok, pc.and_(pc.not_equal(ts, -1), pc.not_equal(ts, NO_TIMESTAMP)))
     ok = pc.and_(ok, pc.less_equal(ts, limit))
-    ok = pc.and_(ok, pc.less_equal(pc.fill_null(pc.binary_length(table["value"]), 0),
-                                   sem.max_value_bytes))
+    value_bytes = pc.fill_null(pc.binary_length(table["value"]), 0)
+    ok = pc.and_(ok, pc.less_equal(value_bytes, sem.max_value_bytes))
     plain = pc.fill_null(ok, False).to_numpy(zero_copy_only=False)
+    record = (pc.fill_null(pc.binary_length(key), 0).to_numpy(zero_copy_only=False)
+              + value_bytes.to_numpy(zero_copy_only=False) + CHANGELOG_OVERHEAD)
     headers = table["headers"].combine_chunks()
     flat = pc.list_flatten(headers)
     if len(flat):
@@ -158,8 +167,14 @@ def _plain(table, wall_ms: int, sem: Semantics):
                       pc.fill_null(pc.binary_length(flat.field("value")), 0)).to_numpy()
         engine = pc.fill_null(pc.starts_with(names, ENGINE_PREFIX), False).to_numpy(
             zero_copy_only=False)
-        plain &= np.bincount(parent, weights=size, minlength=n) <= sem.max_headers_bytes
+        header_bytes = np.bincount(parent, weights=size, minlength=n)
+        plain &= header_bytes <= sem.max_headers_bytes
         plain &= np.bincount(parent, weights=engine, minlength=n) == 0
+        mangled = pc.fill_null(pc.match_substring(names, REPLACEMENT_CHARACTER), False)
+        plain &= np.bincount(parent, weights=mangled.to_numpy(zero_copy_only=False),
+                             minlength=n) == 0
+        record = record + header_bytes + HEADER_OVERHEAD * np.bincount(parent, minlength=n)
+    plain &= record <= sem.max_record_bytes  # see model.changelog_size
     return plain
 
 
