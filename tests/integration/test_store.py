@@ -131,3 +131,49 @@ def test_replayed_batch_with_the_same_txn_is_not_applied_twice(spark, table_path
     assert first.applied and not again.applied
     assert again.version == first.version
     assert store.apply_records(batch, txn=("app-s-batch", 8)).applied
+
+
+def test_a_batch_that_conflicts_with_an_operators_commit_runs_again(spark, table_path):
+    """Reliability 9: an operator's UPDATE committed while a batch's MERGE runs makes Delta
+    abort the MERGE with a conflict; the batch runs again on the new version (it used to
+    fail the stream). Batches run until one conflicted (bounded by a deadline)."""
+    import threading
+    import time
+
+    from ttl.delta_log import conflicts
+
+    store = make_store(spark, table_path, ttl=None)
+    keys = [b"k%02d" % i for i in range(20)]
+    store.apply_records([InputRecord(k, b"v0", NOW, (), 0, i) for i, k in enumerate(keys)])
+    stop = threading.Event()
+    operator_commits = []
+
+    def operator() -> None:
+        session = spark.newSession()
+        while not stop.is_set():
+            try:
+                session.sql(f"UPDATE delta.`{table_path}` SET value = X'6f70' "
+                            f"WHERE key = X'{keys[0].hex()}'")
+                operator_commits.append(1)
+            except conflicts():
+                pass
+            stop.wait(3.0)  # an operator's pace (a storm outlasts any retry budget)
+
+    thread = threading.Thread(target=operator, daemon=True)
+    thread.start()
+    retries, batch = 0, 0
+    deadline = time.monotonic() + 300
+    try:
+        while retries == 0 and time.monotonic() < deadline:
+            batch += 1
+            written = store.apply_records(
+                [InputRecord(k, b"v%d" % batch, NOW + batch, (), 0, 100 * batch + i)
+                 for i, k in enumerate(keys)])
+            assert written.applied and written.counts.upserted == len(keys)
+            retries += written.retries
+    finally:
+        stop.set()
+        thread.join(timeout=120)
+    assert operator_commits and retries >= 1, (batch, len(operator_commits))
+    entries = store.entries()
+    assert {k: entries[k].value for k in keys[1:]} == {k: b"v%d" % batch for k in keys[1:]}

@@ -85,9 +85,17 @@ class DeltaStore:
         t0 = batch_clock(self.clock_kind, wall, self.stream_time.value)
         meta = {"op": OP_BATCH, "store": self.conf.name, "clock": self.clock_kind,
                 **(metadata or {}), "stream_time": self.stream_time.value}
-        result, final = apply_batch(self.spark, self.path, self.dead_letter_path, records,
-                                    sem=self.sem, wall_ms=wall, t0=t0, metadata=meta, txn=txn,
-                                    phases=phases, keep_changes=keep_changes)
+        table = records if hasattr(records, "num_rows") else records.toArrow()
+        # A concurrent commit (an operator's DELETE or UPDATE, a sweep of another process)
+        # that conflicts aborts the write without a commit: the whole batch runs again
+        # against the new version (lookup, fold, write; the txn id keeps it idempotent).
+        done: set[str] = set()
+        (result, final), retries = delta_log.retrying(
+            lambda: apply_batch(self.spark, self.path, self.dead_letter_path, table,
+                                sem=self.sem, wall_ms=wall, t0=t0, metadata=meta, txn=txn,
+                                phases=phases, keep_changes=keep_changes, done=done),
+            what=f"batch of {self.conf.name}")
+        result.retries = retries
         self.stream_time.advance(final["stream_time"])
         if result.applied:
             self.expiry_floor.after_write(result.version_before, result.version,

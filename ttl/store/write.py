@@ -55,6 +55,7 @@ class WriteResult:
     version_before: int | None = None
     earliest_expiry: int | None = None  # the earliest expires_at the batch wrote
     changes: object = None  # Arrow: the rows the commit changed (``keep_changes``)
+    retries: int = 0  # runs again after a Delta conflict with a concurrent commit
 
 
 #: Up to this many keys the lookup is a plain ``key IN (...)`` filter; beyond it, a broadcast
@@ -165,7 +166,8 @@ LOGGED_METRICS = ("numOutputRows", "numFiles", "numOutputBytes",
 def apply_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semantics,
                 wall_ms: int, t0: int, metadata: dict,
                 txn: tuple[str, int] | None = None, phases=None,
-                keep_changes: bool = False) -> tuple[WriteResult, dict]:
+                keep_changes: bool = False,
+                done: set[str] | None = None) -> tuple[WriteResult, dict]:
     """Apply ``records`` (an Arrow table, or a DataFrame, in ``fold.input_arrow_schema()``)
     in one store commit; returns the result and the final metadata.
 
@@ -174,8 +176,11 @@ def apply_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
     ``phases`` (a ``ttl.phases.BatchPhases``) times the steps. With ``keep_changes`` the
     result carries the rows the commit changed (``WriteResult.changes``, Arrow) when they
     provably equal its change data feed: the commit carrying this write's id is the version
-    right after the one the lookup read.
+    right after the one the lookup read. ``done`` carries what an earlier attempt of this
+    batch already wrote (its dead letters: the same records are rejected again) across a
+    run again after a conflict.
     """
+    done = set() if done is None else done
     phases = phases or BatchPhases()
     table = records if hasattr(records, "num_rows") else records.toArrow()
     with phases.phase("lookup"):
@@ -192,9 +197,10 @@ def apply_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
         result.max_ts if before is None else max(before, result.max_ts))
     final_meta = {**metadata, "stream_time": after, "t0": t0, "wall": wall_ms,
                   "expired_keys": folded.expired_keys, "write_id": uuid.uuid4().hex}
-    if folded.rejects.num_rows:
+    if folded.rejects.num_rows and "dead_letters" not in done:
         with phases.phase("dead_letters"):
             _write_dead_letters(spark, folded.rejects, dead_letter_path, wall_ms, txn)
+        done.add("dead_letters")
     with phases.phase("write"):
         version_before = result.version_before = delta_log.latest_version(spark, path)
         with commit.commit_settings(spark, final_meta, txn):
