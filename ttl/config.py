@@ -183,9 +183,14 @@ class MaintenanceConfig(_Section):
 
 
 class StreamConfig(_Section):
+    """``on_lost_input``: what a start does when input the store has not read is gone from
+    the topic (retention passed): ``stop`` names the lost ranges; ``skip`` goes on from the
+    earliest offsets and records the skipped ranges in the table's commit."""
+
     checkpoint: Location
     trigger: DurationMs = 2_000
     max_offsets_per_trigger: int = Field(default=100_000, gt=0)
+    on_lost_input: Literal["stop", "skip"] = "stop"
 
 
 class SparkConfig(_Section):

@@ -40,6 +40,15 @@ class BrokerError(TtlError):
     action = "read the broker's server.log in its data directory."
 
 
+class InputLost(TtlError):
+    """Input the store had not read yet is gone from the input topic (its retention passed
+    while the job was down)."""
+
+    action = ('to go on without it, set stream.on_lost_input = "skip" for one run (the skipped '
+              'ranges are recorded in the table\'s commit history), then set it back; to '
+              "keep it, restore those records into the input topic from a backup first.")
+
+
 class ProgressUnreadable(TtlError):
     """The changelog's progress topic could not be read to its end in time. Guessing would
     restart publication from version 0 (or lose the input position), so nothing goes on."""

@@ -31,6 +31,7 @@ PROP_STREAM_TIME_FLOOR = "ttl.stream_time.floor"  # outlives the log's retention
 PROP_CHANGELOG_PARTITIONS = "ttl.changelog.partitions"  # a change would move keys
 PROP_UPGRADE_FROM = "ttl.upgrade.from_version"  # the rollback point of an in-place upgrade
 PROP_LAST_NOOP_BATCH = "ttl.last_noop_batch.wall"  # the commit of a batch that changed no row
+PROP_INPUT_SKIPPED = "ttl.input_skipped"  # the last lost input ranges skipped (JSON)
 
 # -- commit metadata ops (``userMetadata.op`` of the engine's commits) -----------------------
 
@@ -38,6 +39,7 @@ OP_BATCH = "batch"
 OP_SWEEP = "sweep"
 OP_ALTER = "alter"
 OP_RESTORE = "restore"
+OP_INPUT_SKIPPED = "input_skipped"  # lost input skipped on the operator's word
 
 # -- sibling tables and topics ---------------------------------------------------------------
 

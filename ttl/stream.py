@@ -118,7 +118,8 @@ class StreamJob:
             if available_now:
                 self.end_offsets = self._input_end_offsets()
             self.position = self._recorded_position()
-            self.query = self._start_query(available_now)
+            skipped = self._lost_input()
+            self.query = self._start_query(available_now, fail_on_data_loss=not skipped)
             self.query_started.set()
             log.info("stream %s started (query %s, checkpoint %s)", self.conf.store.name,
                      self.query.id, self.conf.stream.checkpoint)
@@ -175,14 +176,46 @@ class StreamJob:
         """Graceful stop (signal handler, lost lease): the main loop ends the query."""
         self.stopping.set()
 
-    def _start_query(self, available_now: bool):
+    def _lost_input(self) -> bool:
+        """Refuse to start when input the table has not consumed is gone from the topic
+        (``InputLost``, naming each partition's lost range), or, under
+        ``stream.on_lost_input = "skip"``, record the skipped ranges in a commit and move
+        the position past them. Returns whether something was skipped."""
+        from ttl import commit
+        from ttl.errors import InputLost
+        from ttl.names import OP_INPUT_SKIPPED, PROP_INPUT_SKIPPED
+        from ttl.store.layout import set_properties
+
+        marks = self.kafka.watermarks(self.conf.kafka.input_topic) or {}
+        lost = {str(p): (self.position[str(p)], low) for p, (low, _) in marks.items()
+                if str(p) in self.position and self.position[str(p)] < low}
+        if not lost:
+            return False
+        ranges = ", ".join(f"partition {p} offsets {a}..{b - 1} ({b - a} records)"
+                           for p, (a, b) in sorted(lost.items()))
+        where = f"input topic {self.conf.kafka.input_topic}: {ranges}"
+        if self.conf.stream.on_lost_input == "stop":
+            raise InputLost(f"{where} are gone (retention passed before the store read "
+                            "them)")
+        position = {**self.position, **{p: low for p, (_, low) in lost.items()}}
+        audit = {p: [a, b] for p, (a, b) in lost.items()}
+        meta = {"op": OP_INPUT_SKIPPED, "store": self.conf.store.name,
+                "lost_input": audit, "input_offsets": position}
+        with self.lock, commit.commit_settings(self.spark, meta):
+            set_properties(self.spark, self.store.path, {PROP_INPUT_SKIPPED: json.dumps(audit)})
+        self.position = position
+        log.warning("skipping lost input (stream.on_lost_input = skip): %s; recorded in the "
+                    "table's commit history", where)
+        return True
+
+    def _start_query(self, available_now: bool, *, fail_on_data_loss: bool = True):
         k, s = self.conf.kafka, self.conf.stream
         reader = (self.spark.readStream.format("kafka")
                   .options(**self.kafka.spark_options())
                   .option("subscribe", k.input_topic)
                   .option("includeHeaders", "true")
                   .option("startingOffsets", self._starting_offsets())
-                  .option("failOnDataLoss", "true")
+                  .option("failOnDataLoss", str(fail_on_data_loss).lower())
                   .option("maxOffsetsPerTrigger", s.max_offsets_per_trigger))
         writer = (reader.load().writeStream.foreachBatch(self._batch)
                   .option("checkpointLocation", s.checkpoint)

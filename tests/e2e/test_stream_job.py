@@ -355,6 +355,46 @@ def test_every_class_of_bad_input_is_dead_lettered_with_its_reason_and_the_job_g
     assert "records=1 " in second.stdout, second.stdout
 
 
+def test_input_gone_before_it_was_read_stops_naming_it_or_is_skipped_on_request(
+        spark, kafka, tmp_path):
+    """Reliability 14: input the store had not read is deleted from the topic (as retention
+    does while the job is down). The run stops at once with one line naming the partition
+    and the lost offsets (exit 2, not Spark's "Some data may have been lost" trace); with
+    stream.on_lost_input = "skip" it goes on after them and the table's history records
+    the skipped range."""
+    from confluent_kafka import TopicPartition
+
+    conf_path = write_conf(tmp_path, kafka)
+    conf = load(conf_path)
+    now = int(time.time() * 1000)
+    produce(kafka, conf_path, [InputRecord(b"a%d" % i, b"v", now, (), i % 2, i // 2)
+                               for i in range(10)])
+    first = ttl("run", "--conf", str(conf_path), "--available-now")
+    assert first.returncode == 0, first.stderr[-4000:]
+    produce(kafka, conf_path, [InputRecord(b"b%d" % i, b"v", now, (), 0, 5 + i)
+                               for i in range(6)])
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    gone = TopicPartition(conf.kafka.input_topic, 0, 8)               # b0, b1, b2 age out
+    for future in admin.delete_records([gone]).values():
+        future.result(30)
+    stopped = ttl("run", "--conf", str(conf_path), "--available-now")
+    assert stopped.returncode == 2, stopped.stderr[-4000:]
+    assert "partition 0 offsets 5..7 (3 records) are gone" in stopped.stderr, \
+        stopped.stderr[-4000:]
+    assert "on_lost_input" in stopped.stderr
+    conf_path.write_text(conf_path.read_text().replace(
+        "[stream]\n", '[stream]\non_lost_input = "skip"\n'))
+    skipped = ttl("run", "--conf", str(conf_path), "--available-now")
+    assert skipped.returncode == 0, skipped.stderr[-4000:]
+    assert "records=3 " in skipped.stdout, skipped.stdout            # b3, b4, b5
+    keys = set(table_rows(spark, conf.store.path))
+    assert keys == {b"a%d" % i for i in range(10)} | {b"b3", b"b4", b"b5"}
+    audit = [json.loads(r.userMetadata)["lost_input"] for r in spark.sql(
+        f"DESCRIBE HISTORY delta.`{conf.store.path}`").collect()
+        if r.userMetadata and "input_skipped" in r.userMetadata]
+    assert audit == [{"0": [5, 8]}]
+
+
 def test_disaster_recovery_resumes_the_stream_right_after_the_restored_input(
         spark, kafka, tmp_path):
     """Table and checkpoint lost; `ttl restore` rebuilds the table from the changelog with
