@@ -182,7 +182,7 @@ def run(conf: Config, *, available_now: bool = False, demo_seconds: int | None =
         app.check_kafka()
         ensure_input_topic(app, create=conf.kafka.embedded)
         if conf.kafka.embedded:
-            topic.create(app.kafka, conf.changelog)
+            topic.create(app.kafka, conf.changelog, conf.store.max_record_bytes)
         store = app.store()
         lease = app.lease(duration_ms=conf.eviction.lease, holder=f"stream:{conf.store.name}")
         # The lease first: creating the publisher fences any live producer of this store's
@@ -338,7 +338,7 @@ def restore(app: App, *, target: str | None = None, until_version: int | None = 
 
     app.check_kafka()
     conf = app.conf
-    into_store = target is None or target == conf.store.path
+    into_store = target is None or _same_location(target, conf.store.path)
     path = conf.store.path if into_store else target
     if into_store:
         _refuse_a_partial_source(conf, until_version, until_offsets, converter, source_topic)
@@ -359,6 +359,19 @@ def restore(app: App, *, target: str | None = None, until_version: int | None = 
             finally:
                 publisher.close()
         return "\n".join(lines)
+
+
+def _same_location(a: str, b: str) -> bool:
+    """Two spellings of one table location (``file:`` prefix, trailing or doubled
+    slashes, a relative path)."""
+    import posixpath
+
+    def norm(raw: str) -> str:
+        raw = config.absolute_location(raw.removeprefix("file://").removeprefix("file:"))
+        scheme, sep, rest = raw.partition("://")
+        return f"{scheme}{sep}{posixpath.normpath(rest)}" if sep else posixpath.normpath(raw)
+
+    return norm(a) == norm(b)
 
 
 def _refuse_a_partial_source(conf: Config, until_version, until_offsets, converter: str,
@@ -396,7 +409,14 @@ def _publish_before_restore(app: App) -> None:
     if not delta_log.is_delta_table(app.spark, path):
         return  # the table is gone (the disaster): nothing of it can be published
     latest = delta_log.latest_version(app.spark, path)
-    published = read_progress(app.kafka, progress_topic(app.conf.kafka.changelog_topic))
+    name = progress_topic(app.conf.kafka.changelog_topic)
+    if app.kafka.watermarks(name) is None:
+        raise RestoreError(f"{path} exists but the changelog has no progress topic {name}: "
+                           "which of its versions are published is unknown, so a restore "
+                           "could lose some. Operator action: create the topics (`ttl topic "
+                           "create`) and publish (`ttl run`) first, or restore elsewhere "
+                           "with --target")
+    published = read_progress(app.kafka, name)
     if published.version >= latest:
         return
     log.info("restore: publishing versions %s..%s of %s first", published.version + 1, latest,
@@ -437,11 +457,11 @@ def create_topics(app: App) -> list[str]:
     """``ttl topic create``: the changelog and progress topics, if missing."""
     from ttl.changelog import topic
 
-    return topic.create(app.kafka, app.conf.changelog)
+    return topic.create(app.kafka, app.conf.changelog, app.conf.store.max_record_bytes)
 
 
 def check_topics(app: App):
     """``ttl topic check``: refuse a changelog or progress topic that breaks a rule."""
     from ttl.changelog import topic
 
-    return topic.check(app.kafka, None)
+    return topic.check(app.kafka, None, app.conf.store.max_record_bytes)

@@ -172,6 +172,20 @@ def last_engine_commit(spark, path: str, *, op: str | None = None,
     return None if row is None else _commit(row)
 
 
+def engine_commits_having(spark, path: str, having: str, *, or_op: str | None = None,
+                          limit: int = 1000) -> list[Commit]:
+    """The latest ``limit`` engine commits still in the log with a non-empty metadata key
+    ``having`` (or with op ``or_op``), newest first (a start-up read: one history scan)."""
+    from pyspark.sql import functions as F
+
+    cond = _meta(having).isNotNull() & (_meta(having) != "{}")
+    if or_op is not None:
+        cond = cond | (_meta("op") == or_op)
+    cond = (_meta("ttl") == "1") & cond
+    return [_commit(row) for row in _history(spark, path).where(cond)
+            .orderBy(F.col("version").desc()).limit(limit).collect()]
+
+
 def find_commit(spark, path: str, *, op: str, key: str, value: str,
                 since: int) -> Commit | None:
     """The engine commit after version ``since`` with ``op`` whose metadata says

@@ -44,9 +44,10 @@ class InputLost(TtlError):
     """Input the store had not read yet is gone from the input topic (its retention passed
     while the job was down)."""
 
-    action = ('to go on without it, set stream.on_lost_input = "skip" for one run (the skipped '
-              'ranges are recorded in the table\'s commit history), then set it back; to '
-              "keep it, restore those records into the input topic from a backup first.")
+    action = ('to go on without it, set stream.on_lost_input = "skip" and run `ttl run '
+              '--available-now` once (the skipped ranges are recorded in the table\'s commit '
+              "history), then set it back; to keep it, put those records back into the input "
+              "topic from a backup first.")
 
 
 class ProgressUnreadable(TtlError):

@@ -35,7 +35,14 @@ from ttl.config import Config
 from ttl.errors import StreamOwned
 from ttl.kafka import KafkaClients
 from ttl.lease import Lease
-from ttl.names import BATCH_LOGGER, batch_txn_app_id, query_name
+from ttl.names import (
+    BATCH_LOGGER,
+    OP_INPUT_SKIPPED,
+    OP_RESTORE,
+    PROP_INPUT_SKIPPED,
+    batch_txn_app_id,
+    query_name,
+)
 from ttl.phases import BatchPhases
 
 log = logging.getLogger(__name__)
@@ -118,7 +125,7 @@ class StreamJob:
             if available_now:
                 self.end_offsets = self._input_end_offsets()
             self.position = self._recorded_position()
-            skipped = self._lost_input()
+            skipped = self._lost_input(available_now)
             self.query = self._start_query(available_now, fail_on_data_loss=not skipped)
             self.query_started.set()
             log.info("stream %s started (query %s, checkpoint %s)", self.conf.store.name,
@@ -134,9 +141,11 @@ class StreamJob:
             failure = exc
             raise
         finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-            self._shut_down(scheduler, failure)
+            try:
+                self._shut_down(scheduler, failure)
+            finally:  # a second signal while stopping only asks to stop again
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
 
     def _shut_down(self, scheduler, failure: BaseException | None) -> None:
         """Stop the query and the scheduler, publish what is left, close the producer, give
@@ -156,7 +165,7 @@ class StreamJob:
         for what, step in steps:
             try:
                 step()
-            except Exception as exc:  # noqa: BLE001 - the remaining steps must still run
+            except BaseException as exc:  # noqa: BLE001 - the remaining steps must still run
                 log.error("stream %s: could not %s while stopping: %s", self.conf.store.name,
                           what, exc, exc_info=failure is not None or first is not None)
                 first = first or exc
@@ -176,27 +185,33 @@ class StreamJob:
         """Graceful stop (signal handler, lost lease): the main loop ends the query."""
         self.stopping.set()
 
-    def _lost_input(self) -> bool:
-        """Refuse to start when input the table has not consumed is gone from the topic
+    def _lost_input(self, available_now: bool) -> bool:
+        """Refuse to start when input the store has not consumed is gone from the topic
         (``InputLost``, naming each partition's lost range), or, under
-        ``stream.on_lost_input = "skip"``, record the skipped ranges in a commit and move
-        the position past them. Returns whether something was skipped."""
+        ``stream.on_lost_input = "skip"`` in an ``--available-now`` run (so no later loss
+        passes unnoticed), record the skipped ranges in a commit and move the position past
+        them. Where the run resumes is the checkpoint's position if it has one (Spark
+        resumes from it), else the table's. Returns whether something was skipped."""
         from ttl import commit
         from ttl.errors import InputLost
-        from ttl.names import OP_INPUT_SKIPPED, PROP_INPUT_SKIPPED
         from ttl.store.layout import set_properties
 
+        resume = self._checkpoint_position()
+        resume = self.position if resume is None else {**self.position, **resume}
         marks = self.kafka.watermarks(self.conf.kafka.input_topic) or {}
-        lost = {str(p): (self.position[str(p)], low) for p, (low, _) in marks.items()
-                if str(p) in self.position and self.position[str(p)] < low}
+        lost = {str(p): (resume[str(p)], low) for p, (low, _) in marks.items()
+                if str(p) in resume and resume[str(p)] < low}
         if not lost:
             return False
         ranges = ", ".join(f"partition {p} offsets {a}..{b - 1} ({b - a} records)"
                            for p, (a, b) in sorted(lost.items()))
         where = f"input topic {self.conf.kafka.input_topic}: {ranges}"
-        if self.conf.stream.on_lost_input == "stop":
+        if self.conf.stream.on_lost_input == "stop" or not available_now:
+            how = ("" if self.conf.stream.on_lost_input == "stop" else
+                   "; stream.on_lost_input = skip is honoured by `ttl run --available-now` "
+                   "only (a long run would skip later losses unnoticed)")
             raise InputLost(f"{where} are gone (retention passed before the store read "
-                            "them)")
+                            f"them){how}")
         position = {**self.position, **{p: low for p, (_, low) in lost.items()}}
         audit = {p: [a, b] for p, (a, b) in lost.items()}
         meta = {"op": OP_INPUT_SKIPPED, "store": self.conf.store.name,
@@ -227,12 +242,45 @@ class StreamJob:
         return writer.start()
 
     def _recorded_position(self) -> dict[str, int]:
-        """The input position the table last recorded (a batch's or a restore's
-        ``input_offsets``; ``{}`` for a table no batch has written)."""
-        recorded = delta_log.last_engine_commit(self.spark, self.store.path,
-                                                having="input_offsets")
-        offsets = (recorded.metadata or {}).get("input_offsets") if recorded else None
-        return {str(p): int(o) for p, o in (offsets or {}).items()}
+        """The input position the table records: per partition, the newest commit's
+        ``input_offsets`` that names it, back to the last whole position (a restore's or a
+        skip's). Batches record the whole position, so the newest commit usually gives
+        every partition; a table written before that still gives every partition its older
+        batches read (``{}`` for a table no batch has written)."""
+        position: dict[str, int] = {}
+        for found in delta_log.engine_commits_having(self.spark, self.store.path,
+                                                     "input_offsets", or_op=OP_RESTORE):
+            meta = found.metadata or {}  # a restore without a position ends the search too
+            for p, o in (meta.get("input_offsets") or {}).items():
+                position.setdefault(str(p), int(o))
+            if meta.get("op") in (OP_RESTORE, OP_INPUT_SKIPPED) or meta.get("whole_position"):
+                break
+        return position
+
+    def _checkpoint_position(self) -> dict[str, int] | None:
+        """Where an existing checkpoint resumes the input: the offsets its last committed
+        batch ended at (``None`` without a committed batch)."""
+        jvm = self.spark.sparkContext._jvm
+        hadoop = self.spark.sparkContext._jsc.hadoopConfiguration()
+        root = jvm.org.apache.hadoop.fs.Path(self.conf.stream.checkpoint)
+        fs = root.getFileSystem(hadoop)
+        commits = jvm.org.apache.hadoop.fs.Path(root, "commits")
+        if not fs.exists(commits):
+            return None
+        ids = [int(f.getPath().getName()) for f in fs.listStatus(commits)
+               if f.getPath().getName().isdigit()]
+        if not ids:
+            return None
+        stream = fs.open(jvm.org.apache.hadoop.fs.Path(root, f"offsets/{max(ids)}"))
+        try:
+            text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+        finally:
+            stream.close()
+        for line in text.splitlines()[2:]:  # version, metadata, then one line per source
+            offsets = json.loads(line).get(self.conf.kafka.input_topic)
+            if offsets is not None:
+                return {str(p): int(o) for p, o in offsets.items()}
+        return None
 
     def _starting_offsets(self) -> str:
         """Where a *new* checkpoint starts: right after the input the table last recorded,
@@ -269,8 +317,9 @@ class StreamJob:
                 self.lock.acquire()
             try:
                 result = self.store.apply_batch(
-                    table, metadata={"input_offsets": offsets, "batch_id": batch_id,
-                                       "query_id": query_id}, txn=txn, phases=phases,
+                    table, metadata={"input_offsets": offsets, "whole_position": True,
+                                       "batch_id": batch_id, "query_id": query_id},
+                    txn=txn, phases=phases,
                     keep_changes=True)
                 with phases.phase("publish"):
                     published = self._publish(result)

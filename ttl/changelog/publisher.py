@@ -148,8 +148,9 @@ class Publisher:
             "queue.buffering.max.messages": 1_000_000,
             "queue.buffering.max.kbytes": 1_048_576,
             "transaction.timeout.ms": changelog.transaction_timeout,
-            # Every record the store accepts fits (store.max_record_bytes bounds it).
-            "message.max.bytes": max_record_bytes,
+            # Every record the store accepts fits (store.max_record_bytes bounds it);
+            # librdkafka takes no less than 1000.
+            "message.max.bytes": max(1_000, max_record_bytes),
         })
         self.producer.init_transactions(60)  # fences any older publisher of this store
         self.progress = read_progress(kafka, self.progress_topic)

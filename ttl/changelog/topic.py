@@ -58,17 +58,28 @@ def describe(kafka: KafkaClients, name: str) -> TopicState | None:
     return TopicState(name, len(topic.partitions), {k: v.value for k, v in configs.items()})
 
 
-def create(kafka: KafkaClients, changelog: ChangelogConfig) -> list[str]:
-    """Create the changelog and progress topics if missing; returns the names created."""
+#: Kafka's default ``max.message.bytes`` of a topic (the broker's ``message.max.bytes``).
+KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
+
+
+def create(kafka: KafkaClients, changelog: ChangelogConfig,
+           max_record_bytes: int | None = None) -> list[str]:
+    """Create the changelog and progress topics if missing; returns the names created. The
+    changelog topic gets a ``max.message.bytes`` that carries ``max_record_bytes`` when
+    Kafka's default would not."""
     from confluent_kafka.admin import NewTopic
 
     admin = kafka.admin()
     name = kafka.conf.changelog_topic
     wanted = {name: kafka.conf.changelog_partitions, progress_topic(name): 1}
     existing = admin.list_topics(timeout=30).topics
-    new = [NewTopic(name, partitions, kafka.conf.replication_factor,
-                    config=topic_settings(changelog))
-           for name, partitions in wanted.items() if name not in existing]
+    settings = topic_settings(changelog)
+    if max_record_bytes is not None and \
+            max_message_needed(max_record_bytes) > KAFKA_DEFAULT_MAX_MESSAGE_BYTES:
+        settings["max.message.bytes"] = str(max_message_needed(max_record_bytes))
+    new = [NewTopic(topic, partitions, kafka.conf.replication_factor,
+                    config=settings if topic == name else topic_settings(changelog))
+           for topic, partitions in wanted.items() if topic not in existing]
     if new:
         for future in admin.create_topics(new, operation_timeout=30).values():
             future.result(timeout=60)
