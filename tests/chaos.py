@@ -129,9 +129,13 @@ def run_one(spark, kafka, work: Path, seed: int, *, kills: int = 2, records: int
             break
         job = subprocess.Popen([TTL_BIN, "run", "--conf", str(conf_path)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(8, 30))  # the fault's moment is random by design
-        job.send_signal(signal.SIGKILL)
-        job.wait(timeout=60)
+        try:  # the fault's moment is random by design; a job that ends before it failed
+            code = job.wait(timeout=rng.uniform(8, 30))
+            raise RuntimeError(f"ttl run ended by itself with {code} before the kill "
+                               f"(seed {seed})")
+        except subprocess.TimeoutExpired:
+            job.send_signal(signal.SIGKILL)
+            job.wait(timeout=60)
     final = subprocess.run([TTL_BIN, "run", "--conf", str(conf_path), "--available-now"],
                            capture_output=True, text=True, timeout=900)
     if final.returncode != 0:

@@ -401,7 +401,7 @@ def _publish_before_restore(app: App) -> None:
     """Versions the table committed but never published would be lost by a restore (the
     input offsets move past them): publish them first, or refuse."""
     from ttl import delta_log
-    from ttl.changelog.publisher import read_progress
+    from ttl.changelog.publisher import published_progress
     from ttl.errors import RestoreError
     from ttl.names import progress_topic
 
@@ -410,13 +410,13 @@ def _publish_before_restore(app: App) -> None:
         return  # the table is gone (the disaster): nothing of it can be published
     latest = delta_log.latest_version(app.spark, path)
     name = progress_topic(app.conf.kafka.changelog_topic)
-    if app.kafka.watermarks(name) is None:
+    published = published_progress(app.kafka, name)
+    if published is None:
         raise RestoreError(f"{path} exists but the changelog has no progress topic {name}: "
                            "which of its versions are published is unknown, so a restore "
                            "could lose some. Operator action: create the topics (`ttl topic "
                            "create`) and publish (`ttl run`) first, or restore elsewhere "
                            "with --target")
-    published = read_progress(app.kafka, name)
     if published.version >= latest:
         return
     log.info("restore: publishing versions %s..%s of %s first", published.version + 1, latest,

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from ttl import commit, delta_log
 from ttl.changelog import topic
-from ttl.changelog.publisher import read_progress
+from ttl.changelog.publisher import published_progress
 from ttl.config import Config
 from ttl.errors import RestoreError
 from ttl.kafka import KafkaClients
@@ -329,11 +329,11 @@ def restore(spark, conf: Config, kafka: KafkaClients, target: str, *,
 def _progress(kafka: KafkaClients, name: str):
     """The publisher's last progress on the changelog's ``-progress`` topic; ``None`` (the
     input position stays unknown) when a changelog has no such topic."""
-    if kafka.watermarks(progress_topic(name)) is None:
+    progress = published_progress(kafka, progress_topic(name))
+    if progress is None:
         log.warning("changelog %s has no progress topic %s: the input position to resume "
                     "from is not known", name, progress_topic(name))
-        return None
-    return read_progress(kafka, progress_topic(name))
+    return progress
 
 
 def _resume_from(progress, result: RestoreResult) -> None:

@@ -102,6 +102,7 @@ class StreamJob:
         self.query_started = threading.Event()
         self.stopping = threading.Event()
         self.end_offsets: dict[int, int] = {}
+        self.input_marks: dict[int, tuple[int, int]] = {}
         # The whole input position (every partition ever read, not only the last batch's):
         # what each batch commit records, so a new checkpoint or a restore resumes every
         # partition where it was (a partition absent from the last batch is not re-read).
@@ -122,8 +123,11 @@ class StreamJob:
             with self.lock:
                 self._publish()  # catch up on versions an earlier run left unpublished
             scheduler.start()
+            # The input's (first, last stable) offsets, read once: the lost-input check,
+            # a new checkpoint's partitions and an --available-now catch-up's target.
+            self.input_marks = self.kafka.watermarks(self.conf.kafka.input_topic) or {}
             if available_now:
-                self.end_offsets = self._input_end_offsets()
+                self.end_offsets = {p: high for p, (_, high) in self.input_marks.items()}
             self.position = self._recorded_position()
             skipped = self._lost_input(available_now)
             self.query = self._start_query(available_now, fail_on_data_loss=not skipped)
@@ -198,8 +202,7 @@ class StreamJob:
 
         resume = self._checkpoint_position()
         resume = self.position if resume is None else {**self.position, **resume}
-        marks = self.kafka.watermarks(self.conf.kafka.input_topic) or {}
-        lost = {str(p): (resume[str(p)], low) for p, (low, _) in marks.items()
+        lost = {str(p): (resume[str(p)], low) for p, (low, _) in self.input_marks.items()
                 if str(p) in resume and resume[str(p)] < low}
         if not lost:
             return False
@@ -292,7 +295,7 @@ class StreamJob:
         if marker.getFileSystem(hadoop).exists(marker) or not self.position:
             return "earliest"
         log.info("new checkpoint: input resumes at %s (recorded in the table)", self.position)
-        partitions = self.end_offsets or self._input_end_offsets()
+        partitions = self.input_marks
         start = {str(p): self.position.get(str(p), -2) for p in partitions}  # -2: earliest
         return json.dumps({self.conf.kafka.input_topic: start})
 
@@ -352,10 +355,6 @@ class StreamJob:
             "stream_time": self.store.stream_time.value, "applied": result.applied,
             "input_offsets": offsets, "catch_up": self._catch_up(offsets),
         }, sort_keys=True))
-
-    def _input_end_offsets(self) -> dict[int, int]:
-        """The input topic's end offsets now: the target of an ``--available-now`` catch-up."""
-        return self.kafka.end_offsets(self.conf.kafka.input_topic) or {}
 
     def _catch_up(self, offsets: dict[str, int]) -> str | None:
         if not self.end_offsets:

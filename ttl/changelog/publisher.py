@@ -126,6 +126,14 @@ def _last_progress(consumer, topic: str, start: int, high: int, deadline: float,
             last = msg.value()
 
 
+def published_progress(kafka: KafkaClients, topic: str) -> Progress | None:
+    """``read_progress``, or ``None`` when the changelog has no progress topic ``topic``
+    (which versions are published is then unknown)."""
+    if kafka.watermarks(topic) is None:
+        return None
+    return read_progress(kafka, topic)
+
+
 class Publisher:
     """Publishes a store's table changes; one live instance per store (fenced)."""
 
