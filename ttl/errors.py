@@ -50,6 +50,16 @@ class InputLost(TtlError):
               "topic from a backup first.")
 
 
+class CheckpointRegressed(TtlError):
+    """The stream's checkpoint is behind the input the table has already applied (a
+    checkpoint restored from a backup, or left over from before a restore): its batches
+    would re-apply old input, or be skipped as already applied while holding new input."""
+
+    action = ("move the checkpoint directory away (stream.checkpoint) and start again: a new "
+              "checkpoint resumes every input partition right after the position the table "
+              "records.")
+
+
 class ProgressUnreadable(TtlError):
     """The changelog's progress topic could not be read to its end in time. Guessing would
     restart publication from version 0 (or lose the input position), so nothing goes on."""

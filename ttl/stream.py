@@ -107,6 +107,11 @@ class StreamJob:
         # what each batch commit records, so a new checkpoint or a restore resumes every
         # partition where it was (a partition absent from the last batch is not re-read).
         self.position: dict[str, int] = {}
+        # The (query id, batch id) of the batch that recorded ``position``, if a batch did:
+        # the one batch that may be replayed with input below it (a crash between its Delta
+        # commit and Spark's checkpoint commit).
+        self.last_batch: tuple[str, int] | None = None
+        self.batch_error: BaseException | None = None  # an engine error raised in a batch
         self._last_stream_sweep: int | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -134,10 +139,15 @@ class StreamJob:
             self.query_started.set()
             log.info("stream %s started (query %s, checkpoint %s)", self.conf.store.name,
                      self.query.id, self.conf.stream.checkpoint)
-            while self.query.isActive and not self.stopping.is_set():
-                self.query.awaitTermination(1)
-            if self.query.exception() is not None:
-                raise self.query.exception()
+            try:
+                while self.query.isActive and not self.stopping.is_set():
+                    self.query.awaitTermination(1)
+                if self.query.exception() is not None:
+                    raise self.query.exception()
+            except Exception:
+                if self.batch_error is not None:  # our own error, not Spark's wrapping of it
+                    raise self.batch_error from None
+                raise
             if available_now and self.conf.eviction.clock in ("wall", "both"):
                 self.jobs.wall_sweep()
             return 0
@@ -251,9 +261,12 @@ class StreamJob:
         every partition; a table written before that still gives every partition its older
         batches read (``{}`` for a table no batch has written)."""
         position: dict[str, int] = {}
-        for found in delta_log.engine_commits_having(self.spark, self.store.path,
-                                                     "input_offsets", or_op=OP_RESTORE):
+        self.last_batch = None
+        for i, found in enumerate(delta_log.engine_commits_having(
+                self.spark, self.store.path, "input_offsets", or_op=OP_RESTORE)):
             meta = found.metadata or {}  # a restore without a position ends the search too
+            if i == 0 and meta.get("query_id") is not None and meta.get("batch_id") is not None:
+                self.last_batch = (str(meta["query_id"]), int(meta["batch_id"]))
             for p, o in (meta.get("input_offsets") or {}).items():
                 position.setdefault(str(p), int(o))
             if meta.get("op") in (OP_RESTORE, OP_INPUT_SKIPPED) or meta.get("whole_position"):
@@ -314,6 +327,12 @@ class StreamJob:
             offsets = {**self.position, **next_offsets(table)}
         self.query_started.wait()  # the first batch can start before start() returns
         query_id = self.query.id
+        try:
+            self._check_replay(table, str(query_id), batch_id)
+        except BaseException as exc:
+            self.batch_error = exc
+            phases.close()
+            raise
         txn = (batch_txn_app_id(self.conf.store.name, query_id), batch_id)
         try:
             with phases.phase("lock_wait"):  # a wall sweep may hold the lock
@@ -336,6 +355,7 @@ class StreamJob:
             finally:
                 self.lock.release()
             self.position = offsets
+            self.last_batch = (str(query_id), batch_id)
             jobs = phases.spark_jobs()
         finally:
             phases.close()
@@ -355,6 +375,32 @@ class StreamJob:
             "stream_time": self.store.stream_time.value, "applied": result.applied,
             "input_offsets": offsets, "catch_up": self._catch_up(offsets),
         }, sort_keys=True))
+
+    def _check_replay(self, table, query_id: str, batch_id: int) -> None:
+        """Refuse a batch that re-reads input the table has applied, unless it is the replay
+        of the batch that recorded the position (same query and batch id, nothing beyond
+        the position: Delta's txn id skips it). Anything else is a regressed checkpoint:
+        applied, it would put old records back over newer state; skipped as "already
+        applied" by a reused batch id, it would drop the new records it also holds."""
+        from ttl.errors import CheckpointRegressed
+
+        starts, ends = first_offsets(table), next_offsets(table)
+        behind = {p: (o, self.position[p]) for p, o in starts.items()
+                  if p in self.position and o < self.position[p]}
+        if not behind:
+            return
+        replay = (self.last_batch is not None and self.last_batch[0] == query_id
+                  and batch_id <= self.last_batch[1]
+                  and all(o <= self.position.get(p, -1) for p, o in ends.items()))
+        if replay:
+            return
+        where = ", ".join(f"partition {p} from offset {o} (applied up to {at})"
+                          for p, (o, at) in sorted(behind.items()))
+        raise CheckpointRegressed(
+            f"batch {batch_id} of checkpoint {self.conf.stream.checkpoint} re-reads input of "
+            f"{self.conf.kafka.input_topic} the table has already applied: {where}; the "
+            "checkpoint is behind the table (restored from a backup, or older than a "
+            "restore), so nothing was written")
 
     def _catch_up(self, offsets: dict[str, int]) -> str | None:
         if not self.end_offsets:
@@ -400,6 +446,15 @@ class StreamJob:
         s.expired_on_arrival += result.counts.expired_on_arrival
         s.evicted["stream"] += evicted.get("stream", 0)
         s.evicted["wall"] = self.jobs.evicted_total
+
+
+def first_offsets(table) -> dict[str, int]:
+    """Per input partition of an Arrow batch, the offset of its first record."""
+    if table.num_rows == 0:
+        return {}
+    grouped = table.group_by("partition").aggregate([("offset", "min")])
+    return {str(p): int(o) for p, o in zip(grouped["partition"].to_pylist(),
+                                            grouped["offset_min"].to_pylist(), strict=True)}
 
 
 def next_offsets(table) -> dict[str, int]:

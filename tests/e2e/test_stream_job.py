@@ -467,6 +467,40 @@ def test_a_new_checkpoint_resumes_every_partition_not_only_the_last_batchs(
     assert set(table_rows(spark, conf.store.path)) == {b"p0", b"new"}
 
 
+def test_a_regressed_checkpoint_is_refused_not_skipped_as_already_applied(
+        spark, kafka, tmp_path):
+    """Reliability scenario 9: the checkpoint is put back to an older copy (a backup). Its
+    next batch id was already applied, so Delta's txn id would skip the batch as a replay,
+    dropping the new record it also holds. The batch's start offsets are behind the
+    position the table records: the run stops naming the partition and writes nothing."""
+    import shutil
+
+    conf_path = write_conf(tmp_path, kafka)
+    conf = load(conf_path)
+    now = int(time.time() * 1000)
+    produce(kafka, conf_path, [InputRecord(b"a", b"1", now, (), 0, 0)])
+    first = ttl("run", "--conf", str(conf_path), "--available-now")
+    assert first.returncode == 0, first.stderr[-4000:]
+    backup = tmp_path / "checkpoint-backup"
+    shutil.copytree(conf.stream.checkpoint, backup)
+    produce(kafka, conf_path, [InputRecord(b"b", b"1", now, (), 0, 1)])
+    second = ttl("run", "--conf", str(conf_path), "--available-now")
+    assert second.returncode == 0, second.stderr[-4000:]
+    shutil.rmtree(conf.stream.checkpoint)
+    shutil.copytree(backup, conf.stream.checkpoint)                  # the checkpoint regresses
+    produce(kafka, conf_path, [InputRecord(b"c", b"1", now, (), 0, 2)])
+    third = ttl("run", "--conf", str(conf_path), "--available-now")
+    assert third.returncode == 2, third.stderr[-4000:]
+    assert "re-reads input" in third.stderr and "partition 0 from offset 1 (applied up to 2)" \
+        in third.stderr and "move the checkpoint directory away" in third.stderr, \
+        third.stderr[-4000:]
+    assert set(table_rows(spark, conf.store.path)) == {b"a", b"b"}
+    shutil.rmtree(conf.stream.checkpoint)                            # the operator action
+    fourth = ttl("run", "--conf", str(conf_path), "--available-now")
+    assert fourth.returncode == 0, fourth.stderr[-4000:]
+    assert set(table_rows(spark, conf.store.path)) == {b"a", b"b", b"c"}
+
+
 def test_schedule_daemon_sweeps_on_its_schedule_and_stops_on_sigterm(spark, kafka, tmp_path):
     """`ttl schedule` as the systemd unit runs it: wall-clock sweeps while no stream runs
     (expired entries leave, tombstones are published), then SIGTERM stops it with exit 0."""
