@@ -60,10 +60,31 @@ class App:
         if check_ttl not in self._stores:
             from ttl.store import DeltaStore
 
-            self._stores[check_ttl] = DeltaStore(
-                self.spark, self.conf.store, clock=self.conf.eviction.clock,
-                wall_clock=self.wall_clock, check_ttl=check_ttl)
+            store = DeltaStore(self.spark, self.conf.store, clock=self.conf.eviction.clock,
+                               wall_clock=self.wall_clock, check_ttl=check_ttl)
+            if self.kafka_reachable:
+                self._stream_time_from_changelog(store)
+            self._stores[check_ttl] = store
         return self._stores[check_ttl]
+
+    def _stream_time_from_changelog(self, store) -> None:
+        """Raise the store's stream time to the changelog's progress. The table's log
+        recovers it only from commits it still holds; its retention drops old ones. Every
+        version is either published (the progress's stream time covers it) or not yet
+        (then its commit is still in the log: the publisher needs it), so the two together
+        never lose stream time."""
+        from ttl.changelog.publisher import published_progress
+        from ttl.errors import ProgressUnreadable
+        from ttl.names import progress_topic
+
+        try:
+            progress = published_progress(self.kafka, progress_topic(
+                self.conf.kafka.changelog_topic))
+        except ProgressUnreadable as exc:
+            log.warning("stream time from the table's log only: %s", exc)
+            return
+        if progress is not None and progress.stream_time is not None:
+            store.stream_time.advance(progress.stream_time)
 
     def lease(self, **kwargs) -> Lease:
         return Lease(self.spark, self.conf.store.path, **kwargs)

@@ -352,3 +352,37 @@ def test_a_restore_the_changelog_could_not_rebuild_is_refused_for_the_store(
         app.restore(app.App(conf, bootstrap=kafka.bootstrap_servers, spark=spark), **kwargs)
     assert ("--topic" if partial == "foreign topic" else "--until-version") in str(refused.value)
     assert delta_log.latest_version(spark, conf.store.path) == before
+
+
+def test_stream_time_survives_the_delta_logs_retention(spark, kafka, tmp_path):
+    """Reliability 10: the log's retention drops the batches' commits (the only ones that
+    recorded stream time); the store opened by the engine still recovers its stream time,
+    from the changelog's progress, which every published version's stream time reaches."""
+    import os
+    import time
+
+    from ttl.store.layout import set_properties
+
+    conf = make_conf(tmp_path, kafka, ttl="1h", clock="stream")
+    path = conf.store.path
+    store = DeltaStore(spark, conf.store, wall_clock=FixedClock(NOW))
+    for i, ts in enumerate((NOW, NOW + 5_000)):
+        store.apply_records([InputRecord(f"k{i}".encode(), b"v", ts, (), 0, i)])
+    assert store.stream_time.value == NOW + 5_000
+    publisher = Publisher(spark, path, conf.store.name, clients(conf, kafka), conf.changelog)
+    publisher.publish()
+    publisher.close()
+    # The log forgets the batches: their commit files are older than the retention, and
+    # the next checkpoint cleans them up.
+    set_properties(spark, path, {"delta.logRetentionDuration": "interval 7 days",
+                                 "delta.checkpointInterval": "2"})
+    old = time.time() - 40 * 86_400
+    for name in os.listdir(f"{path}/_delta_log"):
+        os.utime(f"{path}/_delta_log/{name}", (old, old))
+    for i in range(3):
+        spark.sql(f"UPDATE delta.`{path}` SET value = X'0{i}' WHERE key = X'6b30'")
+    forgotten = delta_log.max_stream_time(spark, path)
+    assert forgotten is None, forgotten                             # the log lost it
+    reopened = app.App(conf, bootstrap=kafka.bootstrap_servers, spark=spark,
+                       wall_clock=FixedClock(NOW)).store()
+    assert reopened.stream_time.value == NOW + 5_000
