@@ -113,7 +113,7 @@ def run(spark, conf: Config, kafka: KafkaClients, *, report_path: Path | None = 
         rebuilt = spark.read.format("delta").load(str(scratch))
         report.missing, report.extra, report.different, report.samples = diff(
             spark, live, rebuilt)
-        report.warnings += _retention_warning(result.topic_settings, report)
+        report.warnings += result.warnings + _retention_warning(result.topic_settings, report)
     finally:
         shutil.rmtree(scratch.parent, ignore_errors=True)
     _record_drill(spark, conf, report)

@@ -85,6 +85,7 @@ class RestoreResult:
     version: int | None = None
     seconds: float = 0.0
     swept: int = 0
+    warnings: list[str] = field(default_factory=list)
 
     def move(self, new: State) -> None:
         if new not in _ALLOWED[self.state]:
@@ -107,7 +108,8 @@ class RestoreResult:
                 f"{self.topic} (end offsets {self.end_offsets}), {self.keys_restored} keys "
                 f"restored into {self.target} at version {self.version}, last ttl.version "
                 f"{self.last_version}, stream time {self.stream_time}, swept {self.swept}, "
-                f"{self.seconds:.1f} s ({self.rate:,.0f} records/s)")
+                f"{self.seconds:.1f} s ({self.rate:,.0f} records/s)"
+                + "".join(f"\nwarning: {w}" for w in self.warnings))
 
 
 def watermarks(kafka: KafkaClients, name: str) -> dict[int, tuple[int, int]]:
@@ -185,7 +187,8 @@ def convert(records, converter: str):
             "key", "value", kafka_ts.alias("ts"), headers.alias("headers"),
             F.lit(None).cast("bigint").alias("record_ttl"),
             F.lit(None).cast("bigint").alias("version"),
-            F.lit(None).cast("bigint").alias("stream_time"), "partition", "offset")
+            F.lit(None).cast("bigint").alias("stream_time"), "partition", "offset",
+            kafka_ts.alias("append_ts"))
     if converter != "engine":
         raise RestoreError(f"unknown record converter {converter!r} (use 'engine' or 'plain')")
     user = F.filter(headers, lambda h: ~h["key"].startswith(ENGINE_PREFIX))
@@ -193,25 +196,34 @@ def convert(records, converter: str):
         "key", "value", F.coalesce(header(HEADER_TS), kafka_ts).alias("ts"),
         user.alias("headers"), header(HEADER_TTL).alias("record_ttl"),
         header(HEADER_VERSION).alias("version"),
-        header(HEADER_STREAM_TIME).alias("stream_time"), "partition", "offset")
+        header(HEADER_STREAM_TIME).alias("stream_time"), "partition", "offset",
+        kafka_ts.alias("append_ts"))
 
 
 #: Marks the error a key found in two changelog partitions raises inside the write's job.
 SPLIT_KEY = "ttl-restore-split-key:"
 
 
-def per_key(converted):
+def per_key(converted, until_version: int | None = None):
     """One aggregation (one shuffle, no window): per key its last record in offset order,
     the partitions it was found in, and the figures the restore reports (records, last
-    ``ttl.version``, stream time), so the topic is read once."""
+    ``ttl.version``, stream time), so the topic is read once.
+
+    With ``until_version`` only records up to it count (a point-in-time restore; a key with
+    none has a null ``last``), and ``beyond`` is the earliest append time of the key's
+    records after it: what compaction may have used to remove records the restore needs.
+    """
     from pyspark.sql import functions as F
 
     fields = [c for c in converted.columns if c != "key"]
+    inside = F.lit(True) if until_version is None else (
+        F.col("version").isNull() | (F.col("version") <= until_version))
     return converted.groupBy("key").agg(
-        F.max_by(F.struct(*fields), "offset").alias("last"),
+        F.max_by(F.struct(*fields), F.when(inside, F.col("offset"))).alias("last"),
         F.min("partition").alias("p_min"), F.max("partition").alias("p_max"),
-        F.count(F.lit(1)).alias("n"), F.max("version").alias("v"),
-        F.max("stream_time").alias("st"))
+        F.count(F.when(inside, 1)).alias("n"), F.max(F.when(inside, F.col("version"))).alias("v"),
+        F.max(F.when(inside, F.col("stream_time"))).alias("st"),
+        F.min(F.when(~inside, F.col("append_ts"))).alias("beyond"))
 
 
 def live_last(keyed):
@@ -287,17 +299,19 @@ def restore(spark, conf: Config, kafka: KafkaClients, target: str, *,
                                    for p, end in result.end_offsets.items())
         records = _read(spark, kafka, name, result.end_offsets, result.records_total)
         converted = convert(records, converter)
-        if until_version is not None:  # a point-in-time restore sees nothing after it
-            converted = converted.where(F.col("version").isNull()
-                                        | (F.col("version") <= until_version))
         # The topic is read once: the per-key aggregate (one row per key, far fewer than
-        # the records) is kept for the figures and the write.
-        keyed = per_key(converted).persist()
+        # the records) is kept for the figures and the write. A point-in-time restore
+        # sees nothing after its version.
+        keyed = per_key(converted, until_version).persist()
         try:
             with SparkProgress(spark, result.report_reading):
                 stats = keyed.agg(F.coalesce(F.sum("n"), F.lit(0)).alias("n"),
-                                  F.max("v").alias("v"), F.max("st").alias("st")).first()
+                                  F.max("v").alias("v"), F.max("st").alias("st"),
+                                  F.min("beyond").alias("beyond")).first()
             result.records_read = stats.n
+            beyond = stats.beyond if until_offsets is None else _first_append_after(
+                kafka, name, result.end_offsets, marks)
+            result.warnings += _compaction_warning(kafka, name, result, beyond)
             if stats.n == 0 and _has_rows(spark, target):
                 raise RestoreError(f"changelog {name} is empty but {target} has entries: "
                                    "refusing to replace them with nothing (wrong topic?)")
@@ -324,6 +338,57 @@ def restore(spark, conf: Config, kafka: KafkaClients, target: str, *,
         result.seconds = time.monotonic() - started
     log.info("%s", result.summary())
     return result
+
+
+def _first_append_after(kafka: KafkaClients, name: str, ends: dict[int, int],
+                        marks: dict[int, tuple[int, int]]) -> int | None:
+    """The earliest append time (ms) of the records after ``ends`` (a restore to changelog
+    positions does not read them): per partition the first record at or after its end, as
+    append times grow with offsets (``LogAppendTime``)."""
+    from confluent_kafka import TopicPartition
+
+    found: list[int] = []
+    consumer = kafka.consumer()
+    try:
+        for p, end in ends.items():
+            if end >= marks[p][1]:
+                continue
+            consumer.assign([TopicPartition(name, p, end)])
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                msg = consumer.poll(0.5)
+                if msg is not None and msg.error() is None:
+                    found.append(msg.timestamp()[1])
+                    break
+    finally:
+        consumer.close()
+    return min(found) if found else None
+
+
+def _compaction_warning(kafka: KafkaClients, name: str, result: RestoreResult,
+                        beyond_ms: int | None) -> list[str]:
+    """A point-in-time restore is exact only while compaction has not removed a record up
+    to the point because a newer record of the same key exists after it. Kafka's cleaner
+    only compacts against records older than the topic's ``min.compaction.lag.ms``, so if
+    the earliest record after the point is younger than that (now, after the read), nothing
+    the restore needs can be gone; otherwise it says so (it may be missing keys, or hold
+    older values than the table had)."""
+    if beyond_ms is None:
+        return []
+    settings = result.topic_settings
+    if not settings:
+        state = topic.describe(kafka, name)
+        settings = state.settings if state is not None else {}
+    lag_ms = int(settings.get("min.compaction.lag.ms", "0"))
+    age_ms = int(time.time() * 1000) - beyond_ms
+    if age_ms < lag_ms:
+        return []
+    return [f"the changelog {name} holds records after this point written {age_ms / 1000:,.0f}"
+            f" s ago, not less than its min.compaction.lag.ms ({lag_ms / 1000:,.0f} s): "
+            "compaction may have removed records of the point they replaced, so this "
+            "point-in-time restore may lack keys or hold older values than the table had "
+            "then (a compacted topic keeps only each key's last record; for a point this far "
+            "back use the table's time travel while its history lasts)"]
 
 
 def _progress(kafka: KafkaClients, name: str):

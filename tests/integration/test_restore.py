@@ -303,6 +303,7 @@ def test_point_in_time_restore_up_to_a_version_or_to_offsets(spark, kafka, tmp_p
                for r in spark.read.format("delta").load(target).collect()}
         assert got == at_first, point
         assert result.last_version == first and result.input_offsets == {}
+        assert result.warnings == []  # records after V are younger than the compaction lag
     assert f"of {result.records_total} records (100%)" in caplog.text
     assert result.records_total == sum(ends.values()) and result.records_read <= len(msgs)
     with pytest.raises(RestoreError, match=r"every partition.*missing \[1\]"):
@@ -386,3 +387,46 @@ def test_stream_time_survives_the_delta_logs_retention(spark, kafka, tmp_path):
     reopened = app.App(conf, bootstrap=kafka.bootstrap_servers, spark=spark,
                        wall_clock=FixedClock(NOW)).store()
     assert reopened.stream_time.value == NOW + 5_000
+
+
+def test_a_point_in_time_restore_says_when_compaction_may_have_removed_what_it_needs(
+        spark, kafka, tmp_path):
+    """Reliability 6: compaction removed key a's record of version 1 (a newer record of a
+    replaced it), so a restore to version 1 cannot find a. It says so (the newer record is
+    older than the topic's min.compaction.lag.ms) instead of silently returning fewer keys."""
+    from tests.support import wait_until
+
+    name = f"rs-{uuid.uuid4().hex[:8]}"
+    conf = from_dict({
+        "store": {"name": name, "path": str(tmp_path / "store"), "ttl": "1h"},
+        "kafka": {"bootstrap_servers": kafka.bootstrap_servers, "input_topic": f"{name}-in",
+                  "changelog_topic": name, "changelog_partitions": 1},
+        "changelog": {"min_compaction_lag": "0s", "segment": "100ms",
+                      "min_cleanable_dirty_ratio": 0.01},
+        "stream": {"checkpoint": str(tmp_path / "ckpt")},
+    })
+    topic.create(clients(conf, kafka), conf.changelog)
+    store = DeltaStore(spark, conf.store, wall_clock=FixedClock(NOW))
+    publisher = Publisher(spark, conf.store.path, conf.store.name, clients(conf, kafka),
+                          conf.changelog)
+    first = store.apply_records([InputRecord(b"a", b"1", NOW, (), 0, 0)]).version
+    publisher.publish()
+    (at_first,) = [m.offset() for m in _all(kafka, name) if m.key() == b"a"]
+
+    def compacted() -> bool:  # newer versions of a roll segments until the cleaner runs
+        store.apply_records([InputRecord(b"a", b"2", NOW + 1, (), 0, 0)])
+        publisher.publish()
+        return at_first not in {m.offset() for m in _all(kafka, name)}
+
+    wait_until(compacted, timeout=120, interval=0.2, what="compaction of a's first record")
+    publisher.close()
+    for label, point in (("v", {"until_version": first}),
+                         ("o", {"until_offsets": {0: at_first + 1}})):
+        result = restore(spark, conf, clients(conf, kafka), str(tmp_path / label),
+                         wall_ms=NOW, **point)
+        assert result.keys_restored == 0, label                    # a is gone at that point
+        assert len(result.warnings) == 1 and "min.compaction.lag.ms (0 s)" in \
+            result.warnings[0] and "compaction may have removed" in result.warnings[0], label
+        assert "warning: the changelog" in result.summary()
+    assert restore(spark, conf, clients(conf, kafka), str(tmp_path / "all"),
+                   wall_ms=NOW).warnings == []                     # the latest state is exact
