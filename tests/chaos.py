@@ -1,4 +1,5 @@
-"""Fault injection: kill -9 the stream at random points of a random workload, then check.
+"""Fault injection: kill -9 the engine's processes at random points of a random workload,
+then check.
 
     .venv/bin/python -m tests.chaos --runs 20            # any number of runs (own broker)
     .venv/bin/python -m tests.chaos --runs 3 --seed 11   # the same runs again
@@ -6,22 +7,34 @@
 Each run, on its own store and topics:
 
 1. a random workload (puts with out-of-order timestamps and headers, deletes, null keys for
-   the dead letters) over a few hundred keys, produced in three parts;
-2. ``ttl run`` (streaming, small micro-batches, wall-clock sweeps every second) is started,
-   killed with SIGKILL at a random moment (mid-batch, mid-publication transaction, mid-sweep:
-   wherever it happens to be), and restarted, ``--kills`` times, with more input produced
-   while it is down; a last ``ttl run --available-now`` finishes the input;
+   the dead letters) over a few hundred keys, produced in parts; each part goes to both
+   input partitions or to one only (the partitions empty in turns);
+2. between parts, one fault, the kinds in turn over the runs (``FAULTS``):
+   - ``stream``: ``ttl run`` (streaming, small micro-batches, wall-clock sweeps every
+     second) killed with SIGKILL at a random moment (mid-batch, mid-publication
+     transaction, mid-sweep: wherever it happens to be);
+   - ``broker``: the same, and the broker is killed and restarted under it meanwhile;
+   - ``storm``: the same, with an operator's UPDATE (same values, so the expected state
+     does not change) committing every 1-3 s: a Delta conflict storm;
+   - ``sweep``: the stream drains the input (``--available-now``), then ``ttl evict --now
+     T`` (evicting part of the entries) is killed at a random moment and run again;
+   - ``drill``: drained, then ``ttl drill`` killed and run again (it must match);
+   - ``restore``: drained, then ``ttl restore --target`` killed and run again; the restored
+     table must equal the store's;
+   a last ``ttl run --available-now`` finishes the input;
 3. the table is compared with the reference model fed the same records (each key's
-   records in offset order; the TTL is long, so batch boundaries do not matter), and the
-   changelog, replayed, with the table.
+   records in offset order; the TTL is long, so batch boundaries do not matter) and the
+   same sweeps, and the changelog, replayed, with the table.
 
-It prints one line per run and a total: kills, records, keys lost (in the model, missing
-or different in the table), keys resurrected (in the table, not in the model), changelog
-mismatches. Exit 1 if any run lost, resurrected or mismatched anything.
+It prints one line per run and a total: faults by kind, records, keys lost (in the model,
+missing or different in the table), keys resurrected (in the table, not in the model),
+changelog mismatches, drills and restores that did not match, and stream jobs that died
+by themselves (under a broker restart or a conflict storm: reported, not a failure). Exit 1
+if any run lost, resurrected or mismatched anything.
 
-Not covered here (each has its own kill test): a restore killed mid-write
+Also covered by their own tests: a restore into the store killed mid-write
 (``test_a_killed_restore_leaves_the_target_untouched_or_complete``), the publisher killed
-between transactions of one version (``test_changelog``), a broker restart.
+between transactions of one version (``test_changelog``).
 """
 
 from __future__ import annotations
@@ -42,32 +55,43 @@ from ttl.config import load
 from ttl.model import ReferenceStore, Semantics
 from ttl.record import InputRecord
 
+FAULTS = ("stream", "sweep", "broker", "drill", "storm", "restore")
+
 
 @dataclass
 class RunResult:
     seed: int
-    kills: int
+    faults: list[str]
     records: int
     lost: int
     resurrected: int
     changelog_mismatches: int
+    copy_mismatches: int = 0  # drills and restores that did not match the table
+    died: int = 0  # stream jobs that ended by themselves (broker restart, conflict storm)
+
+    @property
+    def kills(self) -> int:
+        return len(self.faults)
 
     @property
     def ok(self) -> bool:
-        return not (self.lost or self.resurrected or self.changelog_mismatches)
+        return not (self.lost or self.resurrected or self.changelog_mismatches
+                    or self.copy_mismatches)
 
     def line(self) -> str:
-        return (f"run seed={self.seed}: kills={self.kills} records={self.records} "
+        return (f"run seed={self.seed}: faults={','.join(self.faults)} records={self.records} "
                 f"lost={self.lost} resurrected={self.resurrected} "
                 f"changelog_mismatches={self.changelog_mismatches} "
+                f"copy_mismatches={self.copy_mismatches} died={self.died} "
                 f"{'OK' if self.ok else 'FAILED'}")
 
 
-def workload(rng: random.Random, now: int, n: int, keys: int, first_offset: dict[int, int]):
-    """``n`` records; partitions and offsets follow the topic's (2 partitions)."""
+def workload(rng: random.Random, now: int, n: int, keys: int, first_offset: dict[int, int],
+             partitions: tuple[int, ...] = (0, 1)):
+    """``n`` records on ``partitions``; offsets follow the topic's (2 partitions)."""
     records = []
     for _ in range(n):
-        partition = rng.randrange(2)
+        partition = rng.choice(partitions)
         k = rng.randrange(keys)
         key = None if rng.random() < 0.01 else b"k%04d-p%d" % (k, partition)
         value = None if rng.random() < 0.1 else b"v%d" % rng.randrange(10**6)
@@ -110,8 +134,9 @@ def changelog(bootstrap: str, name: str) -> list:
 
 
 def run_one(spark, kafka, work: Path, seed: int, *, kills: int = 2, records: int = 1500,
-            keys: int = 150) -> RunResult:
-    """One run on the broker ``kafka`` (a ``LocalKafka``) in the directory ``work``."""
+            keys: int = 150, faults: tuple[str, ...] = FAULTS) -> RunResult:
+    """One run on the broker ``kafka`` (a ``LocalKafka``) in the directory ``work``; the
+    faults are ``faults`` in turn, starting where the seed says."""
     from tests.support import rebuild_from_changelog
 
     rng = random.Random(seed)
@@ -119,46 +144,149 @@ def run_one(spark, kafka, work: Path, seed: int, *, kills: int = 2, records: int
     conf = load(conf_path)
     now = int(time.time() * 1000)
     offsets = {0: 0, 1: 0}
-    produced: list[InputRecord] = []
+    model = ReferenceStore(Semantics(ttl=DAY))
+    pending: list[InputRecord] = []  # produced, not yet given to the model
+    result = RunResult(seed, [], 0, 0, 0, 0)
     parts = kills + 1
     for part in range(parts):
-        batch = workload(rng, now, records // parts, keys, offsets)
+        partitions = rng.choice([(0, 1), (0, 1), (0,), (1,)])
+        batch = workload(rng, now, records // parts, keys, offsets, partitions)
         produce(kafka, conf_path, batch)
-        produced += batch
+        pending += batch
+        result.records += len(batch)
         if part == parts - 1:
             break
-        job = subprocess.Popen([TTL_BIN, "run", "--conf", str(conf_path)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:  # the fault's moment is random by design; a job that ends before it failed
-            code = job.wait(timeout=rng.uniform(8, 30))
-            raise RuntimeError(f"ttl run ended by itself with {code} before the kill "
-                               f"(seed {seed})")
-        except subprocess.TimeoutExpired:
-            job.send_signal(signal.SIGKILL)
-            job.wait(timeout=60)
-    final = subprocess.run([TTL_BIN, "run", "--conf", str(conf_path), "--available-now"],
-                           capture_output=True, text=True, timeout=900)
-    if final.returncode != 0:
-        raise RuntimeError(f"the last run failed (seed {seed}): {final.stderr[-3000:]}")
-    model = ReferenceStore(Semantics(ttl=DAY))
-    model.apply_batch(sorted(produced, key=lambda r: (r.partition, r.offset)), now)
+        fault = faults[(seed * kills + part) % len(faults)]
+        result.faults.append(fault)
+        if fault in ("stream", "broker", "storm"):
+            result.died += _kill_the_stream(spark, kafka, conf, conf_path, rng, fault, seed)
+            continue
+        _ttl(conf_path, "run", "--available-now")  # drained: the model is exact here
+        model.apply_batch(_in_order(pending), now)
+        pending = []
+        if fault == "sweep":
+            t = now + DAY - rng.randrange(0, 60_000)  # evicts the entries older than that
+            _killed_then_done(conf_path, rng, "evict", "--clock", "wall", "--now", str(t))
+            model.sweep(t)
+        elif fault == "drill":
+            code = _killed_then_done(conf_path, rng, "drill", ok=(0, 1))
+            result.copy_mismatches += code != 0
+        else:
+            target = work / f"restored-{part}"
+            _killed_then_done(conf_path, rng, "restore", "--target", str(target))
+            copy = table_rows(spark, str(target))
+            store = table_rows(spark, conf.store.path)
+            result.copy_mismatches += sum(1 for k in set(copy) | set(store)
+                                          if copy.get(k) != store.get(k))
+    _ttl(conf_path, "run", "--available-now")
+    model.apply_batch(_in_order(pending), now)
     expected = {k: (e.value, e.ts, e.headers) for k, e in model.entries.items()}
     table = table_rows(spark, conf.store.path)
-    lost = sum(1 for k, v in expected.items() if table.get(k) != v)
-    resurrected = sum(1 for k in table if k not in expected)
+    result.lost = sum(1 for k, v in expected.items() if table.get(k) != v)
+    result.resurrected = sum(1 for k in table if k not in expected)
     rebuilt = rebuild_from_changelog(changelog(kafka.bootstrap_servers,
                                                conf.kafka.changelog_topic))
     published = {k: v for k, (v, _) in rebuilt.items()}
-    mismatches = sum(1 for k in set(published) | set(table)
-                     if published.get(k) != (table[k][0] if k in table else None))
-    return RunResult(seed, kills, len(produced), lost, resurrected, mismatches)
+    result.changelog_mismatches = sum(
+        1 for k in set(published) | set(table)
+        if published.get(k) != (table[k][0] if k in table else None))
+    return result
+
+
+def _in_order(records: list[InputRecord]) -> list[InputRecord]:
+    return sorted(records, key=lambda r: (r.partition, r.offset))
+
+
+def _ttl(conf_path: Path, *args: str, ok: tuple[int, ...] = (0,)) -> int:
+    """A ``ttl`` command to its end (one that found the lease still held by a killed
+    process, and so skipped, runs again once the lease lapsed)."""
+    deadline = time.monotonic() + 900
+    while True:
+        done = subprocess.run([TTL_BIN, args[0], "--conf", str(conf_path), *args[1:]],
+                              capture_output=True, text=True, timeout=900)
+        if done.returncode not in ok:
+            raise RuntimeError(f"ttl {' '.join(args)} exited {done.returncode}: "
+                               f"{done.stderr[-3000:]}")
+        if "skipped: the stream owns the table" not in done.stdout:
+            return done.returncode
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"ttl {' '.join(args)} kept finding the lease held")
+        time.sleep(1)  # the killed holder's lease lapses within eviction.lease (4 s)
+
+
+def _killed_then_done(conf_path: Path, rng: random.Random, *args: str,
+                      ok: tuple[int, ...] = (0,)) -> int:
+    """``ttl <args>`` killed -9 at a random moment (if still running), then run to its
+    end; returns the completed run's exit code."""
+    job = subprocess.Popen([TTL_BIN, args[0], "--conf", str(conf_path), *args[1:]],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        job.wait(timeout=rng.uniform(3, 25))
+    except subprocess.TimeoutExpired:
+        job.send_signal(signal.SIGKILL)
+        job.wait(timeout=60)
+    return _ttl(conf_path, *args, ok=ok)
+
+
+def _kill_the_stream(spark, kafka, conf, conf_path: Path, rng: random.Random, fault: str,
+                     seed: int) -> int:
+    """``ttl run`` killed -9 at a random moment, with the broker restarted under it or an
+    operator's UPDATE committing every 1-3 s meanwhile; returns 1 if the job ended by
+    itself first (allowed only under those two faults)."""
+    import threading
+
+    stop = threading.Event()
+    helper = None
+    if fault == "broker":
+        pause = rng.uniform(3, 12)
+
+        def restart() -> None:
+            if not stop.wait(pause):
+                kafka.kill_node(1)
+                kafka.restart_node(1)
+
+        helper = threading.Thread(target=restart, daemon=True)
+    elif fault == "storm":
+        pauses = [rng.uniform(1, 3) for _ in range(100)]
+
+        def storm() -> None:
+            session = spark.newSession()
+            for pause in pauses:
+                if stop.wait(pause):
+                    return
+                try:  # the same values: a conflicting commit that changes no state
+                    session.sql(f"UPDATE delta.`{conf.store.path}` SET value = value "
+                                "WHERE key < X'6b30303530'")
+                except Exception:  # noqa: BLE001 - a conflict or no table yet: next round
+                    continue
+
+        helper = threading.Thread(target=storm, daemon=True)
+    job = subprocess.Popen([TTL_BIN, "run", "--conf", str(conf_path)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if helper is not None:
+        helper.start()
+    died = 0
+    try:  # the fault's moment is random by design
+        code = job.wait(timeout=rng.uniform(8, 30))
+        if fault == "stream":
+            raise RuntimeError(f"ttl run ended by itself with {code} before the kill "
+                               f"(seed {seed})")
+        died = 1
+    except subprocess.TimeoutExpired:
+        job.send_signal(signal.SIGKILL)
+        job.wait(timeout=60)
+    finally:
+        stop.set()
+        if helper is not None:
+            helper.join(timeout=180)
+    return died
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--seed", type=int, default=int(os.environ.get("TTL_CHAOS_SEED", 1)))
-    parser.add_argument("--kills", type=int, default=2, help="SIGKILLs per run")
+    parser.add_argument("--kills", type=int, default=2, help="faults per run")
     parser.add_argument("--records", type=int, default=1500)
     args = parser.parse_args()
 
@@ -176,11 +304,15 @@ def main() -> None:
                              records=args.records)
             results.append(result)
             print(result.line(), flush=True)
-    print(f"total: runs={len(results)} kills={sum(r.kills for r in results)} "
-          f"records={sum(r.records for r in results)} "
+    faults = [f for r in results for f in r.faults]
+    print(f"total: runs={len(results)} kills={len(faults)} ("
+          + ", ".join(f"{f}={faults.count(f)}" for f in FAULTS)
+          + f") records={sum(r.records for r in results)} "
           f"lost={sum(r.lost for r in results)} "
           f"resurrected={sum(r.resurrected for r in results)} "
-          f"changelog_mismatches={sum(r.changelog_mismatches for r in results)}", flush=True)
+          f"changelog_mismatches={sum(r.changelog_mismatches for r in results)} "
+          f"copy_mismatches={sum(r.copy_mismatches for r in results)} "
+          f"died={sum(r.died for r in results)}", flush=True)
     sys.exit(0 if all(r.ok for r in results) else 1)
 
 

@@ -302,6 +302,7 @@ def schedule_daemon(app: App) -> None:
     publisher = _DaemonPublisher(app) if app.kafka_reachable else None
     jobs = schedule.StoreJobs(app.store(), app.conf,
                               publish=publisher.publish if publisher else None,
+                              published=publisher.published if publisher else None,
                               guard=app.guard, release=app.release)
     extra = {}
     if app.conf.drill.interval and publisher is not None:
@@ -341,10 +342,36 @@ class _DaemonPublisher:
             self.close()  # a stream ran meanwhile; the next run makes a new one
             raise
 
+    def published(self) -> int:
+        """The table version the changelog has (the publisher's measured progress)."""
+        if self.publisher is None:
+            self.publisher = self.app.publisher()
+        return self.publisher.progress.version - self.publisher.offset
+
     def close(self) -> None:
         if self.publisher is not None:
             self.publisher.close()
             self.publisher = None
+
+
+def publish(app: App, *, reseed: bool = False) -> str:
+    """``ttl publish``: publish the versions not yet on the changelog; with ``reseed``,
+    publish the table's current state as a snapshot instead (after ``ChangeFeedGone``)."""
+    if not app.kafka_reachable:
+        return app.publish_now()  # says why nothing can be published now
+    app.check_kafka()
+    with app.claimed() as skipped:
+        if skipped is not None:
+            return skipped
+        publisher = app.publisher()
+        try:
+            result = publisher.reseed() if reseed else publisher.publish()
+        finally:
+            publisher.close()
+    what = "re-seeded with the table's state" if reseed else "published"
+    return (f"changelog: {what}: {result.records} records ({result.puts} puts, "
+            f"{result.tombstones} tombstones) up to changelog version "
+            f"{result.published_version}")
 
 
 def restore(app: App, *, target: str | None = None, until_version: int | None = None,
@@ -429,7 +456,10 @@ def _publish_before_restore(app: App) -> None:
     path = app.conf.store.path
     if not delta_log.is_delta_table(app.spark, path):
         return  # the table is gone (the disaster): nothing of it can be published
-    latest = delta_log.latest_version(app.spark, path)
+    from ttl.changelog.format import version_offset
+
+    latest = delta_log.latest_version(app.spark, path) + version_offset(
+        delta_log.properties(app.spark, path))  # on the changelog's scale
     name = progress_topic(app.conf.kafka.changelog_topic)
     published = published_progress(app.kafka, name)
     if published is None:

@@ -209,6 +209,19 @@ def scan(conf_path: Path, limit: int) -> None:
         click.echo(f"{key!r}: value={entry.value!r} ts={entry.timestamp}")
 
 
+@main.command("publish")
+@CONF
+@BOOTSTRAP
+@click.option("--reseed", is_flag=True,
+              help="Publish the table's current state as a snapshot (when the change data "
+                   "of unpublished versions is gone).")
+def publish_cmd(conf_path: Path, bootstrap: str | None, reseed: bool) -> None:
+    """Publish the changelog up to the table's version (skips while a stream owns it)."""
+    from ttl import app
+
+    click.echo(app.publish(_app(conf_path, bootstrap), reseed=reseed))
+
+
 @main.command("restore")
 @CONF
 @BOOTSTRAP

@@ -108,8 +108,8 @@ def run(spark, conf: Config, kafka: KafkaClients, *, report_path: Path | None = 
                          source_topic=source_topic, wall_ms=wall_ms)
         report.records_read, report.keys = result.records_read, result.keys_restored
         report.restore_seconds, report.restore_rate = result.seconds, result.rate
-        live = spark.read.format("delta").option("versionAsOf", progress.version).load(
-            conf.store.path)
+        live = spark.read.format("delta").option("versionAsOf", _table_version(
+            spark, conf.store.path, progress.version)).load(conf.store.path)
         rebuilt = spark.read.format("delta").load(str(scratch))
         report.missing, report.extra, report.different, report.samples = diff(
             spark, live, rebuilt)
@@ -121,6 +121,14 @@ def run(spark, conf: Config, kafka: KafkaClients, *, report_path: Path | None = 
         report_path.write_text(report.to_json())
     log.info("%s", report.summary())
     return report
+
+
+def _table_version(spark, path: str, changelog_version: int) -> int:
+    """The live table's Delta version of a changelog version (its version offset off)."""
+    from ttl import delta_log
+    from ttl.changelog.format import version_offset
+
+    return changelog_version - version_offset(delta_log.properties(spark, path))
 
 
 def _retention_warning(settings: dict[str, str], report: DrillReport) -> list[str]:

@@ -60,6 +60,25 @@ class CheckpointRegressed(TtlError):
               "records.")
 
 
+class ChangeFeedGone(TtlError):
+    """Versions the publisher has not published have no change data any more (a VACUUM, or
+    the log's retention, removed it): they cannot be published one by one."""
+
+    action = ("run `ttl publish --reseed --conf PROFILE` while no stream runs: it publishes "
+              "the table's current state as a snapshot (a put per entry, a tombstone per key "
+              "the changelog holds that the table no longer has) and publication continues "
+              "after it. To avoid this, keep maintenance.vacuum_retention and the table's "
+              "delta.logRetentionDuration above the publisher's lag.")
+
+
+class VacuumRefused(TtlError):
+    """A VACUUM would remove change data the publisher has not read yet (or its position is
+    unknown); it was skipped, nothing changed."""
+
+    action = ("find why publication lags (`ttl status`: changelog lag) and let it catch up; "
+              "the next scheduled VACUUM runs once the lag is below the retention.")
+
+
 class ProgressUnreadable(TtlError):
     """The changelog's progress topic could not be read to its end in time. Guessing would
     restart publication from version 0 (or lose the input position), so nothing goes on."""

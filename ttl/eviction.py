@@ -23,7 +23,7 @@ from typing import Literal
 
 from ttl import commit, delta_log
 from ttl.delta_log import retrying
-from ttl.errors import ConfigError
+from ttl.errors import ConfigError, VacuumRefused
 from ttl.expiry_floor import NEVER, earliest_expiry
 from ttl.names import OP_ALTER, OP_SWEEP, PROP_TTL
 from ttl.store.layout import set_properties, ttl_property
@@ -216,14 +216,38 @@ def optimize(store) -> None:
              what="OPTIMIZE")
 
 
-def vacuum(store, retention_ms: int, minimum_ms: int) -> None:
-    """VACUUM, refusing a retention that could remove change data or versions still needed
-    (by the changelog publisher's worst lag plus the drills' time-travel window)."""
+#: VACUUM's own duration and the publisher's next step: the oldest unpublished commit must
+#: be this much younger than the retention.
+VACUUM_SLACK_MS = 600_000
+
+
+def vacuum(store, retention_ms: int, minimum_ms: int, published: int | None) -> None:
+    """VACUUM, refusing a retention that could remove change data or versions still needed:
+    by configuration (the publisher's worst lag plus the drills' time-travel window), and by
+    the publisher's measured position ``published`` (the last table version on the
+    changelog; ``None``: unknown). VACUUM deletes change data files older than the
+    retention, and a drill's time travel to the published version needs the files later
+    versions removed, so the oldest unpublished commit must be younger than the retention.
+    """
     if retention_ms < minimum_ms:
         raise ConfigError(
             f"maintenance.vacuum_retention ({retention_ms} ms) is shorter than "
             f"maintenance.publisher_max_lag + maintenance.drill_window ({minimum_ms} ms): "
             "VACUUM would remove change data the publisher or drills still need")
     hours = max(1, -(-retention_ms // 3_600_000))
+    if published is None:
+        raise VacuumRefused(f"VACUUM of {store.path} skipped: the publisher's position is "
+                            "unknown (no reachable changelog brokers), so VACUUM could remove "
+                            "change data not yet published")
+    if published < delta_log.latest_version(store.spark, store.path):
+        oldest = delta_log.commit_at(store.spark, store.path, published + 1)
+        age_ms = (store.wall_clock.now_ms() - int(oldest.timestamp_s * 1000)
+                  if oldest is not None else None)
+        if age_ms is None or age_ms >= hours * 3_600_000 - VACUUM_SLACK_MS:
+            age = "unknown" if age_ms is None else f"{age_ms / 3_600_000:.1f} h"
+            raise VacuumRefused(
+                f"VACUUM of {store.path} skipped: version {published + 1} is not yet on the "
+                f"changelog and was committed {age} ago; RETAIN {hours} HOURS would remove "
+                "its change data")
     store.spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
     store.spark.sql(f"VACUUM delta.`{store.path}` RETAIN {hours} HOURS")

@@ -32,6 +32,9 @@ PROP_CHANGELOG_PARTITIONS = "ttl.changelog.partitions"  # a change would move ke
 PROP_UPGRADE_FROM = "ttl.upgrade.from_version"  # the rollback point of an in-place upgrade
 PROP_LAST_NOOP_BATCH = "ttl.last_noop_batch.wall"  # the commit of a batch that changed no row
 PROP_INPUT_SKIPPED = "ttl.input_skipped"  # the last lost input ranges skipped (JSON)
+# The changelog's ttl.version of a Delta version is the version plus this (absent: 0). A
+# restore into a new table sets it, so versions on the changelog never go back.
+PROP_VERSION_OFFSET = "ttl.changelog.version_offset"
 
 # -- commit metadata ops (``userMetadata.op`` of the engine's commits) -----------------------
 

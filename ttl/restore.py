@@ -86,6 +86,8 @@ class RestoreResult:
     seconds: float = 0.0
     swept: int = 0
     warnings: list[str] = field(default_factory=list)
+    changelog_floor: int | None = None  # the highest version the changelog holds
+    changelog_version: int | None = None  # the restore's version on the changelog
 
     def move(self, new: State) -> None:
         if new not in _ALLOWED[self.state]:
@@ -106,7 +108,8 @@ class RestoreResult:
         return (f"restore {self.state.value}: {self.records_read} records read of "
                 f"{self.records_total} offsets in "
                 f"{self.topic} (end offsets {self.end_offsets}), {self.keys_restored} keys "
-                f"restored into {self.target} at version {self.version}, last ttl.version "
+                f"restored into {self.target} at version {self.version} (changelog version "
+                f"{self.changelog_version}), last ttl.version "
                 f"{self.last_version}, stream time {self.stream_time}, swept {self.swept}, "
                 f"{self.seconds:.1f} s ({self.rate:,.0f} records/s)"
                 + "".join(f"\nwarning: {w}" for w in self.warnings))
@@ -160,7 +163,9 @@ def parse_offsets(raw: str) -> dict[int, int]:
 OFFSETS_PER_TASK = 250_000
 
 
-def _read(spark, kafka: KafkaClients, name: str, ends: dict[int, int], span: int):
+def read_topic(spark, kafka: KafkaClients, name: str, ends: dict[int, int], span: int = 0):
+    """A bounded ``read_committed`` Spark read of changelog ``name`` from its start up to
+    ``ends`` (exclusive, per partition), headers included, split for ``span`` offsets."""
     starting = json.dumps({name: {str(p): -2 for p in ends}})
     ending = json.dumps({name: {str(p): o for p, o in ends.items()}})
     tasks = max(len(ends), -(-span // OFFSETS_PER_TASK))
@@ -223,7 +228,8 @@ def per_key(converted, until_version: int | None = None):
         F.min("partition").alias("p_min"), F.max("partition").alias("p_max"),
         F.count(F.when(inside, 1)).alias("n"), F.max(F.when(inside, F.col("version"))).alias("v"),
         F.max(F.when(inside, F.col("stream_time"))).alias("st"),
-        F.min(F.when(~inside, F.col("append_ts"))).alias("beyond"))
+        F.min(F.when(~inside, F.col("append_ts"))).alias("beyond"),
+        F.max("version").alias("v_all"))
 
 
 def live_last(keyed):
@@ -297,7 +303,7 @@ def restore(spark, conf: Config, kafka: KafkaClients, target: str, *,
         result.end_offsets = bounded_ends(marks, until_offsets)
         result.records_total = sum(max(0, end - marks[p][0])
                                    for p, end in result.end_offsets.items())
-        records = _read(spark, kafka, name, result.end_offsets, result.records_total)
+        records = read_topic(spark, kafka, name, result.end_offsets, result.records_total)
         converted = convert(records, converter)
         # The topic is read once: the per-key aggregate (one row per key, far fewer than
         # the records) is kept for the figures and the write. A point-in-time restore
@@ -307,7 +313,8 @@ def restore(spark, conf: Config, kafka: KafkaClients, target: str, *,
             with SparkProgress(spark, result.report_reading):
                 stats = keyed.agg(F.coalesce(F.sum("n"), F.lit(0)).alias("n"),
                                   F.max("v").alias("v"), F.max("st").alias("st"),
-                                  F.min("beyond").alias("beyond")).first()
+                                  F.min("beyond").alias("beyond"),
+                                  F.max("v_all").alias("v_all")).first()
             result.records_read = stats.n
             beyond = stats.beyond if until_offsets is None else _first_append_after(
                 kafka, name, result.end_offsets, marks)
@@ -319,6 +326,10 @@ def restore(spark, conf: Config, kafka: KafkaClients, target: str, *,
             result.stream_time = stats.st
             if progress is not None:
                 _resume_from(progress, result)
+            # The highest version the changelog is known to hold: the restored table's
+            # versions continue after it there (its version offset).
+            result.changelog_floor = max((v for v in (stats.v_all, progress and progress.version)
+                                          if v is not None), default=None)
             result.move(State.WRITING)
             try:
                 _write(spark, conf, target, live_last(keyed), result, wall_ms)
@@ -437,7 +448,8 @@ def _write(spark, conf: Config, target: str, latest, result: RestoreResult,
     from ttl.clock import WallClock
 
     now = WallClock().now_ms() if wall_ms is None else wall_ms
-    layout.ensure_store_table(spark, target, conf.store.name, conf.store.ttl)
+    props = layout.ensure_store_table(spark, target, conf.store.name, conf.store.ttl)
+    offset = _continue_versions(spark, target, props, result.changelog_floor)
     rows = latest.select(
         F.col("key"), F.col("value"), F.col("ts"), F.col("headers"),
         _expiry(conf.store.ttl).alias("expires_at"), F.lit(now).cast("bigint").alias(
@@ -450,7 +462,28 @@ def _write(spark, conf: Config, target: str, latest, result: RestoreResult,
         "userMetadata", commit.encode(meta)).save(target)
     written = delta_log.latest_commit(spark, target)
     result.version = written.version
+    result.changelog_version = written.version + offset
     result.keys_restored = written.metric("numOutputRows")  # no second pass over the rows
+
+
+def _continue_versions(spark, target: str, props: dict[str, str],
+                       floor: int | None) -> int:
+    """The target's version offset, raised (a metadata commit before the overwrite) when its
+    next version would not come after ``floor`` on the changelog: a restore into a new
+    table starts again at version 1, and the changelog's versions must not go back (drills
+    and point-in-time restores select by them). Returns the offset."""
+    from ttl.changelog.format import version_offset
+    from ttl.names import PROP_VERSION_OFFSET
+
+    offset = version_offset(props)
+    if floor is None:
+        return offset
+    after_set = delta_log.latest_version(spark, target) + 2  # the overwrite, after the set
+    if after_set - 1 + offset > floor:
+        return offset
+    offset = floor + 1 - after_set
+    layout.set_properties(spark, target, {PROP_VERSION_OFFSET: str(offset)})
+    return offset
 
 
 def finish_recovery(result: RestoreResult, store, publisher, clock: str) -> list[str]:

@@ -33,13 +33,17 @@ class StoreJobs:
     def __init__(self, store, conf: Config, *, lock: threading.Lock | None = None,
                  publish: Callable[[], object] | None = None,
                  guard: Callable[[], str | None] | None = None,
-                 release: Callable[[], None] | None = None) -> None:
+                 release: Callable[[], None] | None = None,
+                 published: Callable[[], int | None] | None = None) -> None:
         self.store = store
         self.conf = conf
         self.lock = lock or threading.Lock()
         self.publish = publish
         self.guard = guard  # standalone daemon: takes the lease, or says why not to write
         self.release = release  # gives the lease back after each run
+        # The table version the changelog has (measured: the publisher's progress), or None
+        # when unknown; VACUUM never removes the change data of what is not published.
+        self.published = published
         self.last_sweep: eviction.SweepResult | None = None
         self.evicted_total = 0
 
@@ -80,8 +84,14 @@ class StoreJobs:
 
     def vacuum(self) -> None:
         m = self.conf.maintenance
-        self._guarded("vacuum", lambda: eviction.vacuum(self.store, m.vacuum_retention,
-                                                        m.minimum_retention))
+
+        def publish_then_vacuum() -> None:
+            if self.publish is not None:
+                self.publish()  # what can be published first: the lag measured is then real
+            eviction.vacuum(self.store, m.vacuum_retention, m.minimum_retention,
+                            self.published() if self.published is not None else None)
+
+        self._guarded("vacuum", publish_then_vacuum)
 
 
 def _seconds(ms: int) -> float:

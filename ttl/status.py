@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from ttl import delta_log, eviction
+from ttl.changelog.format import version_offset
 from ttl.changelog.publisher import read_progress
 from ttl.kafka import KafkaClients
 from ttl.lease import Lease
@@ -59,7 +60,8 @@ def status(store, lease: Lease, kafka: KafkaClients | None) -> dict[str, object]
         out["changelog lag (versions)"] = "unknown (embedded broker not running)"
         return out
     progress = read_progress(kafka, progress_topic(kafka.conf.changelog_topic))
-    out["published version"] = progress.version
-    out["changelog lag (versions)"] = max(0, version - progress.version)
-    out["changelog lag (seconds)"] = seconds_behind(store, progress.version, version)
+    published = progress.version - version_offset(store.properties)  # a Delta version
+    out["published version"] = published
+    out["changelog lag (versions)"] = max(0, version - published)
+    out["changelog lag (seconds)"] = seconds_behind(store, published, version)
     return out

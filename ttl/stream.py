@@ -97,7 +97,8 @@ class StreamJob:
         self.lease = lease
         self.sweeper = store.for_thread()  # wall sweeps: own session, same stream time
         self.jobs = schedule.StoreJobs(self.sweeper, conf, lock=self.lock,
-                                       publish=self._publish)
+                                       publish=self._publish,
+                                       published=self._published_table_version)
         self.query = None
         self.query_started = threading.Event()
         self.stopping = threading.Event()
@@ -435,6 +436,10 @@ class StreamJob:
             result = self.publisher.publish()
         self.summary.published += result.records
         return result
+
+    def _published_table_version(self) -> int:
+        """The table version the changelog has (this job's publisher is the only one)."""
+        return self.publisher.progress.version - self.publisher.offset
 
     def _account(self, result, evicted: dict, published) -> None:
         s = self.summary

@@ -373,3 +373,70 @@ def test_a_progress_read_that_cannot_finish_raises_instead_of_starting_over(kafk
     with pytest.raises(ProgressUnreadable, match=name):
         read_progress(SlowFetches(kconf, kafka.bootstrap_servers), name, timeout=3)
     assert read_progress(clients(kconf, kafka), name).version == 41  # the record is there
+
+
+def test_a_publisher_whose_change_feed_is_gone_stops_and_a_reseed_goes_on(
+        spark, kafka, kconf, table_path):
+    """Reliability 12: an operator's VACUUM RETAIN 0 HOURS removes the change data of
+    versions not yet published. The publisher stops with ChangeFeedGone and the re-seed
+    action (instead of a Spark trace on every start); the re-seed publishes the table's
+    state (puts, and a tombstone for the key deleted in the lost versions) and publication
+    goes on, so the changelog rebuilds the table."""
+    import time
+
+    from ttl import delta_log, eviction
+    from ttl.errors import ChangeFeedGone, VacuumRefused
+
+    store = make_store(spark, table_path)
+    store.apply_records(recs((b"k0", b"v", NOW), (b"k1", b"v", NOW)),
+                        metadata={"input_offsets": {"0": 2}})
+    pub = publisher(spark, store, kconf, kafka)
+    pub.publish()
+    store.apply_records(recs((b"k0", None, NOW + 1), (b"k2", b"v", NOW + 1)),
+                        metadata={"input_offsets": {"0": 4}})
+    store.apply_records(recs((b"k3", b"v", NOW + 2)), metadata={"input_offsets": {"0": 5}})
+    store.wall_clock.set(int(time.time() * 1000) + 3 * 3_600_000)  # version 2 is 3 h old
+    with pytest.raises(VacuumRefused, match="skipped: version 2 is not yet on the changelog"):
+        eviction.vacuum(store, 3_600_000, 0, published=pub.progress.version)
+    store.wall_clock.set(NOW)
+    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    spark.sql(f"VACUUM delta.`{table_path}` RETAIN 0 HOURS")  # an operator's manual VACUUM
+    latest = delta_log.latest_version(spark, table_path)
+    with pytest.raises(ChangeFeedGone, match=rf"versions 2\.\.{latest} .* is gone") as gone:
+        pub.publish()
+    assert "ttl publish --reseed" in gone.value.operator_message()
+    assert pub.progress.version == 1                                 # nothing half-done
+    result = pub.reseed()
+    assert (result.puts, result.tombstones, result.published_version) == (3, 1, latest)
+    assert pub.progress.input_offsets == {"0": 5}
+    store.apply_records(recs((b"k4", b"v", NOW + 3)))                # publication goes on
+    assert pub.publish().records == 1
+    pub.close()
+    msgs = read_changelog(kafka, kconf, 2 + 4 + 1)
+    assert rebuilt_with_ts(msgs) == as_rebuilt(table_state(spark, table_path))
+    assert read_progress(clients(kconf, kafka), topic.progress_topic(
+        kconf.changelog_topic)).version == latest + 1
+
+
+def test_vacuum_is_guarded_by_the_publishers_measured_position(spark, table_path):
+    """Reliability 12: VACUUM runs when everything is published or the oldest unpublished
+    commit is young enough, and is refused (naming the version) when it could remove
+    change data not yet published, or when the position is unknown."""
+    import time
+
+    from ttl import delta_log, eviction
+    from ttl.errors import VacuumRefused
+
+    store = make_store(spark, table_path)
+    store.apply_records(recs((b"a", b"v", NOW)))
+    store.apply_records(recs((b"b", b"v", NOW)))
+    latest = delta_log.latest_version(spark, table_path)
+    store.wall_clock.set(int(time.time() * 1000) + 2 * 3_600_000)
+    with pytest.raises(VacuumRefused, match=f"version {latest} is not yet on the changelog"):
+        eviction.vacuum(store, 3_600_000, 0, published=latest - 1)
+    with pytest.raises(VacuumRefused, match="position is unknown"):
+        eviction.vacuum(store, 3_600_000, 0, published=None)
+    eviction.vacuum(store, 3_600_000, 0, published=latest)           # all published: runs
+    store.wall_clock.set(int(time.time() * 1000))
+    eviction.vacuum(store, 3_600_000, 0, published=latest - 1)       # young enough: runs
+    assert delta_log.latest_commit(spark, table_path).operation == "VACUUM END"

@@ -430,3 +430,53 @@ def test_a_point_in_time_restore_says_when_compaction_may_have_removed_what_it_n
         assert "warning: the changelog" in result.summary()
     assert restore(spark, conf, clients(conf, kafka), str(tmp_path / "all"),
                    wall_ms=NOW).warnings == []                     # the latest state is exact
+
+
+@pytest.mark.parametrize("into", ["the lost store's path", "a new path"])
+def test_versions_on_the_changelog_never_go_back_after_a_restore_into_a_new_table(
+        spark, kafka, tmp_path, into):
+    """Reliability 5: the store is rebuilt into a new table (its path after a disaster, or
+    --target, then store.path moves there), whose Delta versions start again at 0. Its
+    changelog versions continue after every version already on the topic, and a drill
+    (which selects records by ttl.version) matches."""
+    import shutil
+
+    conf = make_conf(tmp_path, kafka, ttl="1h")
+    store = DeltaStore(spark, conf.store, wall_clock=FixedClock(NOW))
+    for i, (key, value) in enumerate([(b"k0", b"v"), (b"k1", b"v"), (b"k2", b"v"),
+                                      (b"k3", b"v"), (b"k0", None)]):
+        store.apply_records([InputRecord(key, value, NOW, (), 0, i)],
+                            metadata={"input_offsets": {"0": i + 1}})
+    publisher = Publisher(spark, conf.store.path, conf.store.name, clients(conf, kafka),
+                          conf.changelog)
+    publisher.publish()
+    publisher.close()
+    old_max = publisher.progress.version
+    if into == "a new path":
+        target = str(tmp_path / "rebuilt")
+        app.restore(app.App(conf, bootstrap=kafka.bootstrap_servers, spark=spark,
+                            wall_clock=FixedClock(NOW)), target=target)
+        conf = conf.model_copy(update={"store": conf.store.model_copy(update={"path": target})})
+    else:
+        shutil.rmtree(conf.store.path)                            # the disaster
+        app.restore(app.App(conf, bootstrap=kafka.bootstrap_servers, spark=spark,
+                            wall_clock=FixedClock(NOW)))
+    rebuilt = DeltaStore(spark, conf.store, wall_clock=FixedClock(NOW))
+    assert delta_log.latest_version(spark, conf.store.path) < old_max  # Delta starts again
+    rebuilt.apply_records([InputRecord(b"k1", b"w", NOW + 1, (), 0, 5)])
+    rebuilt.apply_records([InputRecord(b"k9", b"n", NOW + 1, (), 0, 6)])
+    publisher = Publisher(spark, conf.store.path, conf.store.name, clients(conf, kafka),
+                          conf.changelog)
+    publisher.publish()
+    publisher.close()
+    by_partition: dict[int, list[int]] = {}
+    for m in _all(kafka, conf.kafka.changelog_topic):
+        by_partition.setdefault(m.partition(), []).append(int(dict(m.headers())["ttl.version"]))
+    for versions in by_partition.values():
+        assert versions == sorted(versions), by_partition           # never back
+    new = {m.key(): int(dict(m.headers())["ttl.version"])
+           for m in _all(kafka, conf.kafka.changelog_topic) if m.key() in (b"k1", b"k9")}
+    assert min(new.values()) > old_max, (new, old_max)
+    report = drill.run(spark, conf, clients(conf, kafka), wall_ms=NOW)
+    assert report.match, report.summary()
+    assert report.keys == 4                                         # k1=w, k2, k3, k9

@@ -5,7 +5,7 @@ Put record::
     key     = the store key
     value   = the entry's value
     headers = the entry's user headers, in order, then the engine headers
-              ttl.ts=<exact ts>, ttl.op=put, ttl.version=<Delta version>,
+              ttl.ts=<exact ts>, ttl.op=put, ttl.version=<changelog version>,
               ttl.stream-time=<stream time or "none">, and ttl.ttl=<ms> if the entry
               carries a per-record TTL
 
@@ -15,6 +15,10 @@ Tombstone::
     value   = null
     headers = ttl.op=delete|expire, ttl.version, ttl.stream-time, and ttl.clock=wall|stream
               for an expiry
+
+The changelog version of a Delta version is the version plus the table's
+``ttl.changelog.version_offset`` (``version_offset``; 0 unless a restore into a new table
+set it): versions on the topic never go back, whichever table the store was rebuilt into.
 
 Engine header values are ASCII decimals. Record timestamps are the broker's
 (``LogAppendTime``), never the entry's.
@@ -32,9 +36,15 @@ from ttl.names import HEADER_STREAM_TIME as STREAM_TIME
 from ttl.names import HEADER_TS as TS
 from ttl.names import HEADER_TTL as TTL
 from ttl.names import HEADER_VERSION as VERSION
+from ttl.names import PROP_VERSION_OFFSET
 from ttl.record import Headers
 
 Op = Literal["put", "delete", "expire"]
+
+
+def version_offset(properties: dict[str, str]) -> int:
+    """What a table adds to its Delta versions on the changelog (its table properties)."""
+    return int(properties.get(PROP_VERSION_OFFSET) or 0)
 
 
 def _num(value: int | None) -> bytes:

@@ -38,7 +38,7 @@ from ttl import delta_log
 from ttl.changelog import format as fmt
 from ttl.clock import Clock, WallClock
 from ttl.config import ChangelogConfig
-from ttl.errors import ProgressUnreadable, PublisherFenced
+from ttl.errors import ChangeFeedGone, ProgressUnreadable, PublisherFenced
 from ttl.kafka import KafkaClients
 from ttl.names import OP_SWEEP, progress_topic, publisher_transactional_id
 
@@ -65,6 +65,9 @@ class Progress:
 
 @dataclass
 class PublishResult:
+    """What one publication did; ``published_version`` and ``table_version`` are changelog
+    versions (the table's Delta versions plus its version offset)."""
+
     versions: int = 0
     records: int = 0
     puts: int = 0
@@ -141,6 +144,7 @@ class Publisher:
                  changelog: ChangelogConfig, *, clock: Clock | None = None,
                  max_record_bytes: int = 1_000_000) -> None:
         self.spark = spark
+        self.kafka = kafka
         self.path = table_path
         self.store = store_name
         self.topic = kafka.conf.changelog_topic
@@ -162,11 +166,16 @@ class Publisher:
         })
         self.producer.init_transactions(60)  # fences any older publisher of this store
         self.progress = read_progress(kafka, self.progress_topic)
+        # Changelog version = Delta version + offset (``fmt.version_offset``); the progress
+        # and every ``PublishResult`` speak changelog versions.
+        self.offset = fmt.version_offset(delta_log.properties(spark, table_path))
         log.info("publisher for %s resumes after version %s", store_name, self.progress.version)
 
     def reset_progress(self, version: int, stream_time: int | None, input_offsets: dict) -> None:
-        """Mark ``version`` as published (after a restore: its state is already on the topic)."""
-        self.progress = Progress(version, stream_time, dict(input_offsets))
+        """Mark the table's (Delta) ``version`` as published (after a restore: its state is
+        already on the topic); the restore may have set a new version offset."""
+        self.offset = fmt.version_offset(delta_log.properties(self.spark, self.path))
+        self.progress = Progress(version + self.offset, stream_time, dict(input_offsets))
         self.producer.begin_transaction()
         self._commit()
 
@@ -177,13 +186,15 @@ class Publisher:
         return delta_log.latest_version(self.spark, self.path)
 
     def publish(self, until: int | None = None) -> PublishResult:
-        """Publish every version after the last published one, up to ``until`` (or now)."""
+        """Publish every version after the last published one, up to the table's (Delta)
+        version ``until`` (or now)."""
         started = time.monotonic()
         result = PublishResult(published_version=self.progress.version)
-        result.table_version = self.table_version() if until is None else until
-        start = self.progress.version + 1
-        while start <= result.table_version:
-            end = min(result.table_version, start + 99)
+        latest = self.table_version() if until is None else until
+        result.table_version = latest + self.offset
+        start = max(0, self.progress.version - self.offset + 1)  # Delta versions from here
+        while start <= latest:
+            end = min(latest, start + 99)
             self._publish_range(start, end, result)
             start = end + 1
         result.published_version = self.progress.version
@@ -204,10 +215,11 @@ class Publisher:
         with ``kind`` (upsert/delete), ``key``, ``value``, ``ts``, ``headers``,
         ``record_ttl``.
         """
-        if self.progress.version != version - 1:
+        if self.progress.version != version + self.offset - 1:
             return self.publish()
         started = time.monotonic()
-        result = PublishResult(published_version=self.progress.version, table_version=version)
+        result = PublishResult(published_version=self.progress.version,
+                               table_version=version + self.offset)
         self._publish_range(version, version, result, rows=_known_rows(version, changes))
         rest = self.publish()
         result.versions += rest.versions
@@ -249,9 +261,64 @@ class Publisher:
                 raise PublisherFenced(f"publisher of {self.store} was fenced: {exc}") from exc
             self._abort(committed)
             raise
-        except Exception:
+        except Exception as exc:
             self._abort(committed)
+            if _change_data_gone(exc):
+                raise ChangeFeedGone(
+                    f"the change data of versions {start}..{end} of {self.path} is gone "
+                    f"before the publisher read it (last published changelog version "
+                    f"{committed.version}): {_first_line(exc)}") from exc
             raise
+
+    def reseed(self) -> PublishResult:
+        """Publish the table's current state as one snapshot version and continue after it:
+        the way on when the change data of unpublished versions is gone (``ChangeFeedGone``).
+
+        A put per entry of the latest version, and a tombstone per key whose last record on
+        the changelog is a put but which the table no longer has (deleted or expired in the
+        versions that cannot be read), so replaying the changelog still rebuilds the table.
+        The versions in between are not published one by one; the progress carries the
+        table's stream time and input position. Exact only while nothing else writes (the
+        caller holds the store's lease).
+        """
+        from pyspark.sql import functions as F
+
+        from ttl.restore import convert, end_offsets, latest_per_key, read_topic
+
+        started = time.monotonic()
+        latest = self.table_version()
+        table = (self.spark.read.format("delta").option("versionAsOf", latest)
+                 .load(self.path))
+        on_topic = latest_per_key(convert(read_topic(
+            self.spark, self.kafka, self.topic, end_offsets(self.kafka, self.topic)), "engine"))
+        gone = on_topic.select("key").join(table.select("key"), "key", "left_anti")
+        record = ("value", "ts", "headers", "record_ttl")
+        puts = table.select("key", F.struct(*record, F.lit(1).alias("present")).alias("r"))
+        tombstones = gone.select("key", F.struct(
+            *(F.lit(None).cast(table.schema[c].dataType).alias(c) for c in record),
+            F.lit(0).alias("present")).alias("r"))
+        rows = (puts.unionByName(tombstones)
+                .select(F.lit(latest).cast("bigint").alias("_commit_version"), "key", "r"))
+        committed = Progress(self.progress.version, self.progress.stream_time,
+                             dict(self.progress.input_offsets))
+        result = PublishResult(published_version=self.progress.version,
+                               table_version=latest + self.offset)
+        try:
+            position = delta_log.last_engine_commit(self.spark, self.path,
+                                                    having="input_offsets")
+            self._carry({"stream_time": delta_log.max_stream_time(self.spark, self.path),
+                         "input_offsets": (position.metadata or {}).get("input_offsets")
+                         if position is not None else None})
+            self._publish_range(latest, latest, result, rows=rows.toLocalIterator())
+        except BaseException:
+            self.progress = committed
+            raise
+        result.published_version = self.progress.version
+        result.seconds = time.monotonic() - started
+        log.warning("re-seeded the changelog %s with the state of %s at version %s: %s puts, "
+                    "%s tombstones in %.1f s", self.topic, self.path, latest, result.puts,
+                    result.tombstones, result.seconds)
+        return result
 
     def _abort(self, committed: Progress) -> None:
         """Leave nothing half-done: abort the open transaction, forget uncommitted progress."""
@@ -273,7 +340,7 @@ class Publisher:
             self._carry(meta)
             expired = set(meta.get("expired_keys") or ())
             while pending is not None and pending["_commit_version"] == version:
-                record = self._record(pending, version, meta, expired)
+                record = self._record(pending, version + self.offset, meta, expired)
                 self._produce(self.topic, record.key, record.value, record.headers)
                 in_txn += 1
                 result.records += 1
@@ -290,7 +357,7 @@ class Publisher:
                     in_txn = 0
                     self.producer.begin_transaction()
             result.versions += 1
-            self.progress.version = version
+            self.progress.version = version + self.offset
             if in_txn >= self.conf.max_records_per_transaction or version == end:
                 self._commit()
                 in_txn = 0
@@ -342,6 +409,22 @@ class Publisher:
             if exc.args and getattr(exc.args[0], "fatal", lambda: False)():
                 raise PublisherFenced(f"publisher of {self.store} was fenced: {exc}") from exc
             raise
+
+
+#: What Delta says when a version's change data (or its commit) is gone.
+_GONE_MARKERS = ("DELTA_CHANGE_DATA_FILE_NOT_FOUND", "FileNotFoundException",
+                 "DELTA_VERSIONS_NOT_CONTIGUOUS", "VersionNotFoundException",
+                 "DELTA_CHANGE_TABLE_FEED_DISABLED")
+
+
+def _change_data_gone(exc: BaseException) -> bool:
+    text = str(exc)
+    return any(marker in text for marker in _GONE_MARKERS)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0][:300] if lines else type(exc).__name__
 
 
 def _known_rows(version: int, changes) -> Iterator[dict]:
