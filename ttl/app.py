@@ -42,6 +42,10 @@ class App:
         self._spark = spark
         self._stores: dict[bool, object] = {}
         self._guard_lease: Lease | None = None
+        self.lease_lost = threading.Event()  # the guard's lease was lost while held
+        # Under the command line the main thread is interrupted when the lease is lost,
+        # so the operation stops before its next write (a commit under way is atomic).
+        self.interrupt_on_lease_loss = False
 
     @classmethod
     def load(cls, path: str | Path, *, bootstrap: str | None = None) -> App:
@@ -98,10 +102,28 @@ class App:
         if self._guard_lease is None:  # one per App: the daemon asks at every tick
             self._guard_lease = self.lease(duration_ms=self.conf.eviction.lease)
         if self._guard_lease.acquire():
-            self._guard_lease.start_heartbeat()
+            self.lease_lost.clear()
+            self._guard_lease.start_heartbeat(on_lost=self._lost_the_lease)
             return None
         other = self._guard_lease.held_by_other()
         return SKIPPED.format(holder=other.holder if other else "another writer")
+
+    def _lost_the_lease(self) -> None:
+        import _thread
+
+        self.lease_lost.set()
+        log.error("store %s: the lease was lost while a standalone operation ran; stopping "
+                  "it before its next write", self.conf.store.name)
+        if self.interrupt_on_lease_loss:
+            _thread.interrupt_main()
+
+    def check_lease(self) -> None:
+        """Raise ``LeaseLost`` if the lease ``guard`` took was lost meanwhile."""
+        from ttl.errors import LeaseLost
+
+        if self.lease_lost.is_set():
+            raise LeaseLost(f"store {self.conf.store.name}: the lease on "
+                            f"{self.conf.store.path} was lost while the operation ran")
 
     def release(self) -> None:
         """Give back a lease ``guard`` took (no-op otherwise)."""
@@ -116,9 +138,15 @@ class App:
         skipped = self.guard() if needed else None
         try:
             yield skipped
+        except KeyboardInterrupt:
+            if needed and skipped is None:
+                self.check_lease()  # the interrupt was the lost lease: say so
+            raise
         finally:
             if needed and skipped is None:
                 self.release()
+        if needed and skipped is None:
+            self.check_lease()  # a loss after the last write still fails the operation
 
     def check_kafka(self) -> None:
         """Refuse wrong credentials before Spark starts: seconds, not minutes."""

@@ -78,10 +78,13 @@ BOOTSTRAP = click.option("--bootstrap", default=None,
                          help="Override kafka.bootstrap_servers.")
 
 
-def _app(conf_path: Path, bootstrap: str | None = None):
+def _app(conf_path: Path, bootstrap: str | None = None, *, one_shot: bool = True):
+    """The profile's parts; a one-shot command is interrupted if it loses its lease."""
     from ttl.app import App
 
-    return App.load(conf_path, bootstrap=bootstrap)
+    app = App.load(conf_path, bootstrap=bootstrap)
+    app.interrupt_on_lease_loss = one_shot
+    return app
 
 
 @main.command("run")
@@ -157,7 +160,7 @@ def schedule_cmd(conf_path: Path) -> None:
     """Run wall-clock sweeps and maintenance on their schedule until SIGTERM."""
     from ttl import app
 
-    app.schedule_daemon(_app(conf_path))
+    app.schedule_daemon(_app(conf_path, one_shot=False))
 
 
 @main.group()

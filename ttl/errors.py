@@ -113,6 +113,15 @@ class StreamOwned(TtlError):
     action = "stop the job named as the holder, or wait one eviction.lease after it died."
 
 
+class LeaseLost(TtlError):
+    """A standalone operation lost the store's lease while it ran (another writer took it,
+    or renewals failed until it lapsed); it stopped before writing more."""
+
+    action = ("check what holds the lease now (`ttl status`); run the operation again once "
+              "the store is free. Whatever it committed before the loss is in the table's "
+              "history.")
+
+
 class PublisherFenced(TtlError):
     """Another publisher of this store started; this one must stop (it is a zombie)."""
 

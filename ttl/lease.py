@@ -119,19 +119,28 @@ class Lease:
                        f"WHERE id = '{LEASE_ID}' AND owner = '{self.owner}'")
 
     def start_heartbeat(self, on_lost=None) -> None:
-        """Renew every third of the duration in a daemon thread; ``on_lost`` if it fails."""
+        """Renew every third of the duration in a daemon thread; ``on_lost`` once the lease
+        is lost: another writer holds it, or renewals failed until it lapsed."""
         self._stop.clear()  # a lease released earlier may be taken and beaten again
 
         def beat() -> None:
+            held_until = self.clock.now_ms() + self.duration_ms
             while not self._stop.wait(self.duration_ms / 3000):
+                now = self.clock.now_ms()
                 try:
-                    if not self.renew():
-                        log.error("lease on %s lost to another writer", self.path)
-                        if on_lost:
-                            on_lost()
-                        return
-                except Exception:  # noqa: BLE001 - keep beating; the lease has slack
-                    log.warning("lease renewal failed; retrying", exc_info=True)
+                    if self.renew():
+                        held_until = now + self.duration_ms
+                        continue
+                    log.error("lease on %s lost to another writer", self.path)
+                except Exception:  # noqa: BLE001 - keep beating while the lease has slack
+                    if self.clock.now_ms() < held_until:
+                        log.warning("lease renewal failed; retrying", exc_info=True)
+                        continue
+                    log.error("lease on %s lapsed: renewals failed for %s ms", self.path,
+                              self.duration_ms, exc_info=True)
+                if on_lost:
+                    on_lost()
+                return
         self._thread = threading.Thread(target=beat, name="ttl-lease", daemon=True)
         self._thread.start()
 

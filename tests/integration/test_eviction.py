@@ -205,6 +205,28 @@ def test_a_standalone_sweep_skips_while_another_process_holds_the_lease(spark, t
     wait_until(lambda: standalone.acquire(), timeout=10, what="the released lease")
 
 
+def test_a_standalone_operation_that_loses_its_lease_stops_with_lease_lost(spark, table_path):
+    """Reliability 8: while a standalone operation holds the lease, another writer takes it
+    (here: after the row lapsed). The heartbeat notices, the operation's block ends with
+    LeaseLost (under the command line the main thread is interrupted first, so it stops
+    before its next write), and the other writer keeps the lease."""
+    from ttl.errors import LeaseLost
+
+    make_store(spark, table_path)
+    conf = from_dict({"store": {"name": "ev", "path": table_path, "ttl": "60s"},
+                      "kafka": {"input_topic": "x", "changelog_topic": "y"},
+                      "eviction": {"lease": "3s"}, "stream": {"checkpoint": "unused"}})
+    app = App(conf, spark=spark)
+    other = Lease(spark, table_path, duration_ms=60_000, holder="other")
+    with pytest.raises(LeaseLost, match="lease on .* was lost while the operation ran"):
+        with app.claimed() as skipped:
+            assert skipped is None
+            spark.sql(f"UPDATE delta.`{other.path}` SET expires_at = 0")  # it lapses
+            assert other.acquire()
+            wait_until(app.lease_lost.is_set, timeout=30, what="the heartbeat's notice")
+    assert other.current().holder == "other"                        # not given back by us
+
+
 def test_sweeping_an_entry_near_the_int64_floor_reports_its_lateness(spark, table_path):
     """Lateness (T - expires_at) must not overflow after the DELETE committed."""
     store = make_store(spark, table_path, ttl=1_000, clock="stream")
