@@ -151,7 +151,7 @@ def run_one(spark, kafka, work: Path, seed: int, *, kills: int = 2, records: int
     for part in range(parts):
         partitions = rng.choice([(0, 1), (0, 1), (0,), (1,)])
         batch = workload(rng, now, records // parts, keys, offsets, partitions)
-        produce(kafka, conf_path, batch)
+        produce(kafka, conf_path, batch, flush_timeout=180)  # a restarted broker recovers
         pending += batch
         result.records += len(batch)
         if part == parts - 1:
@@ -228,6 +228,29 @@ def _killed_then_done(conf_path: Path, rng: random.Random, *args: str,
     return _ttl(conf_path, *args, ok=ok)
 
 
+def _wait_for_leaders(kafka, conf, timeout: float = 180) -> None:
+    """After a broker restart: every partition of the store's topics has a leader again
+    (an unclean stop makes the broker recover its logs first)."""
+    from confluent_kafka.admin import AdminClient
+
+    from ttl.names import progress_topic
+
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    names = (conf.kafka.input_topic, conf.kafka.changelog_topic,
+             progress_topic(conf.kafka.changelog_topic))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            topics = admin.list_topics(timeout=10).topics
+            if all(n in topics and topics[n].partitions and
+                   all(p.leader >= 0 for p in topics[n].partitions.values()) for n in names):
+                return
+        except Exception:  # noqa: BLE001 - not answering yet
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"the restarted broker has no leaders for {names} after {timeout} s")
+
+
 def _kill_the_stream(spark, kafka, conf, conf_path: Path, rng: random.Random, fault: str,
                      seed: int) -> int:
     """``ttl run`` killed -9 at a random moment, with the broker restarted under it or an
@@ -244,6 +267,7 @@ def _kill_the_stream(spark, kafka, conf, conf_path: Path, rng: random.Random, fa
             if not stop.wait(pause):
                 kafka.kill_node(1)
                 kafka.restart_node(1)
+                _wait_for_leaders(kafka, conf)
 
         helper = threading.Thread(target=restart, daemon=True)
     elif fault == "storm":

@@ -80,7 +80,8 @@ def write_conf(tmp_path: Path, kafka, *, changelog_policy=None, **profile) -> Pa
     return conf
 
 
-def produce(kafka, conf_path: Path, records: list[InputRecord]) -> None:
+def produce(kafka, conf_path: Path, records: list[InputRecord], *,
+            flush_timeout: float = 30) -> None:
     conf = load(conf_path)
     producer = Producer({"bootstrap.servers": kafka.bootstrap_servers,
                          "partitioner": "murmur2_random"})
@@ -88,7 +89,7 @@ def produce(kafka, conf_path: Path, records: list[InputRecord]) -> None:
         producer.produce(conf.kafka.input_topic, key=r.key, value=r.value,
                          headers=list(r.headers), partition=r.partition,
                          timestamp=r.timestamp if r.timestamp and r.timestamp > 0 else 0)
-    assert producer.flush(30) == 0
+    assert producer.flush(flush_timeout) == 0
 
 
 def ttl(*args: str, timeout: int = 300, **kw) -> subprocess.CompletedProcess:
