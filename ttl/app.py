@@ -64,31 +64,32 @@ class App:
         if check_ttl not in self._stores:
             from ttl.store import DeltaStore
 
+            # Kafka first: an unreachable broker fails in seconds, before Spark starts.
+            published = self._changelog_stream_time() if self.kafka_reachable else None
             store = DeltaStore(self.spark, self.conf.store, clock=self.conf.eviction.clock,
                                wall_clock=self.wall_clock, check_ttl=check_ttl)
-            if self.kafka_reachable:
-                self._stream_time_from_changelog(store)
+            store.stream_time.advance(published)
             self._stores[check_ttl] = store
         return self._stores[check_ttl]
 
-    def _stream_time_from_changelog(self, store) -> None:
-        """Raise the store's stream time to the changelog's progress. The table's log
-        recovers it only from commits it still holds; its retention drops old ones. Every
-        version is either published (the progress's stream time covers it) or not yet
-        (then its commit is still in the log: the publisher needs it), so the two together
-        never lose stream time."""
+    def _changelog_stream_time(self) -> int | None:
+        """The changelog's progress's stream time, which the store's is raised to. The
+        table's log recovers it only from commits it still holds; its retention drops old
+        ones. Every version is either published (the progress's stream time covers it) or
+        not yet (then its commit is still in the log: the publisher needs it), so the two
+        together never lose stream time."""
         from ttl.changelog.publisher import published_progress
         from ttl.errors import ProgressUnreadable
         from ttl.names import progress_topic
 
+        self.check_kafka()
         try:
             progress = published_progress(self.kafka, progress_topic(
                 self.conf.kafka.changelog_topic))
         except ProgressUnreadable as exc:
             log.warning("stream time from the table's log only: %s", exc)
-            return
-        if progress is not None and progress.stream_time is not None:
-            store.stream_time.advance(progress.stream_time)
+            return None
+        return progress.stream_time if progress is not None else None
 
     def lease(self, **kwargs) -> Lease:
         return Lease(self.spark, self.conf.store.path, **kwargs)
@@ -318,6 +319,8 @@ def status(app: App) -> dict[str, object]:
     """``ttl status``."""
     from ttl import status as status_mod
 
+    if app.kafka_reachable:
+        app.check_kafka()  # before Spark starts
     return status_mod.status(app.store(), app.lease(),
                              app.kafka if app.kafka_reachable else None)
 
@@ -327,6 +330,8 @@ def schedule_daemon(app: App) -> None:
     store's lease for its write and skips while a stream holds it. The daemon's publisher is
     made inside the first run that holds the lease (made earlier, its transactional init
     would fence a live stream's publisher) and remade after it was fenced."""
+    if app.kafka_reachable:
+        app.check_kafka()  # before Spark starts
     publisher = _DaemonPublisher(app) if app.kafka_reachable else None
     jobs = schedule.StoreJobs(app.store(), app.conf,
                               publish=publisher.publish if publisher else None,
@@ -536,6 +541,7 @@ def create_topics(app: App) -> list[str]:
     """``ttl topic create``: the changelog and progress topics, if missing."""
     from ttl.changelog import topic
 
+    app.check_kafka()
     return topic.create(app.kafka, app.conf.changelog, app.conf.store.max_record_bytes)
 
 
@@ -543,4 +549,5 @@ def check_topics(app: App):
     """``ttl topic check``: refuse a changelog or progress topic that breaks a rule."""
     from ttl.changelog import topic
 
+    app.check_kafka()
     return topic.check(app.kafka, None, app.conf.store.max_record_bytes)

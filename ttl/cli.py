@@ -23,6 +23,7 @@ def _logging(verbose: bool) -> None:
 
 
 @click.group()
+@click.version_option(package_name="ttl", prog_name="ttl")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def main(verbose: bool) -> None:
     """ttl: TTL eviction for keyed state on Delta Lake, with a Kafka changelog."""
@@ -42,7 +43,8 @@ def setup() -> None:
 
 
 @main.command()
-@click.option("--data-dir", type=click.Path(path_type=Path), default=None)
+@click.option("--data-dir", type=click.Path(path_type=Path), default=None,
+              help="Keep the broker's data here (default: a temporary directory).")
 @click.option("--brokers", type=click.IntRange(1, 9), default=1, show_default=True,
               help="Nodes (3: a KRaft cluster with a static quorum, RF 3, min ISR 2).")
 def broker(data_dir: Path | None, brokers: int) -> None:
@@ -55,7 +57,8 @@ def broker(data_dir: Path | None, brokers: int) -> None:
 
 
 @main.command("spark-cluster")
-@click.option("--workers", type=int, default=2, show_default=True)
+@click.option("--workers", type=int, default=2, show_default=True,
+              help="Worker processes of the standalone cluster.")
 @click.option("--cores", type=int, default=1, show_default=True, help="Cores per worker.")
 @click.option("--memory", default="2g", show_default=True, help="Memory per worker.")
 @click.option("--port", type=int, default=7077, show_default=True, help="The master's port.")
@@ -70,6 +73,27 @@ def spark_cluster(workers: int, cores: int, memory: str, port: int) -> None:
 
 
 # -- the store's jobs: each one call into ttl.app --------------------------------------------
+
+class Duration(click.ParamType):
+    """A ``30s``-style duration (``none`` too where a TTL may be absent), checked when the
+    command line is parsed: a bad value is a usage error (exit 2) before anything starts."""
+
+    name = "duration"
+
+    def __init__(self, allow_none: bool = False) -> None:
+        self.allow_none = allow_none
+
+    def convert(self, value, param, ctx):
+        from ttl.config import parse_duration_ms
+
+        if self.allow_none and str(value).strip().lower() == "none":
+            return "none"
+        try:
+            parse_duration_ms(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        return value
+
 
 CONF = click.option("--conf", "conf_path", type=click.Path(path_type=Path),
                     default=Path("conf/local.toml"), show_default=True,
@@ -104,8 +128,8 @@ def run_cmd(conf_path: Path, available_now: bool, demo_seconds: int | None) -> N
 @main.command("produce-sample")
 @CONF
 @click.option("--bootstrap", required=True, help="Kafka bootstrap servers.")
-@click.option("--keys", default=200, show_default=True)
-@click.option("--records", default=2000, show_default=True)
+@click.option("--keys", default=200, show_default=True, help="Distinct keys to draw from.")
+@click.option("--records", default=2000, show_default=True, help="Records to produce.")
 @click.option("--rate", default=200.0, show_default=True, help="Records per second.")
 def produce_sample(conf_path: Path, bootstrap: str, keys: int, records: int,
                    rate: float) -> None:
@@ -120,10 +144,10 @@ def produce_sample(conf_path: Path, bootstrap: str, keys: int, records: int,
 @main.command()
 @CONF
 @click.option("--clock", type=click.Choice(["wall", "stream"]), default="wall",
-              show_default=True)
+              show_default=True, help="Sweep by wall-clock time or by stream time.")
 @click.option("--now", "now_ms", type=int, default=None, help="Sweep at this clock value (ms).")
 @click.option("--dry-run", is_flag=True, help="Count what would be evicted; change nothing.")
-@click.option("--ttl", "proposed_ttl", default=None,
+@click.option("--ttl", "proposed_ttl", type=Duration(allow_none=True), default=None,
               help="With --dry-run: what would this store TTL evict now?")
 def evict(conf_path: Path, clock: str, now_ms: int | None, dry_run: bool,
           proposed_ttl: str | None) -> None:
@@ -135,7 +159,8 @@ def evict(conf_path: Path, clock: str, now_ms: int | None, dry_run: bool,
 
 @main.command()
 @CONF
-@click.option("--ttl", "new_ttl", required=True, help="New store TTL (e.g. 1d) or 'none'.")
+@click.option("--ttl", "new_ttl", type=Duration(allow_none=True), required=True,
+              help="New store TTL (e.g. 1d) or 'none'.")
 @click.option("--dry-run", is_flag=True, help="Say what the new TTL would evict; change nothing.")
 def alter(conf_path: Path, new_ttl: str, dry_run: bool) -> None:
     """Change the store TTL: recompute expires_at in one commit (published)."""
@@ -203,7 +228,7 @@ def get(conf_path: Path, key: str) -> None:
 
 @main.command()
 @CONF
-@click.option("--limit", default=20, show_default=True)
+@click.option("--limit", default=20, show_default=True, help="Print at most this many.")
 def scan(conf_path: Path, limit: int) -> None:
     """Print live entries in key order."""
     for i, (key, entry) in enumerate(_app(conf_path).store().all()):

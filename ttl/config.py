@@ -240,6 +240,27 @@ def from_dict(raw: dict[str, Any], source: str = "<memory>") -> Config:
         return Config.model_validate({**raw, "source": source})
     except ValidationError as exc:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}{_did_you_mean(err)}"
+            for err in exc.errors()
         )
         raise ConfigError(f"{source}: invalid setting {problems}") from None
+
+
+def _did_you_mean(err: dict) -> str:
+    """For an unknown key, the closest known key of its section (a misspelling)."""
+    import difflib
+
+    if err.get("type") != "extra_forbidden":
+        return ""
+    model: Any = Config
+    for part in err["loc"][:-1]:
+        field = model.model_fields.get(str(part)) if hasattr(model, "model_fields") else None
+        annotation = getattr(field, "annotation", None)
+        candidates = [a for a in (annotation, *getattr(annotation, "__args__", ()))
+                      if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not candidates:
+            return ""
+        model = candidates[0]
+    known = [k for k in model.model_fields if k != "source"]
+    close = difflib.get_close_matches(str(err["loc"][-1]), known, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""

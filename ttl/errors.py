@@ -94,6 +94,13 @@ class KafkaAccessDenied(TtlError):
               "kafka.sasl_username_env and kafka.sasl_password_env.")
 
 
+class KafkaUnreachable(TtlError):
+    """No broker of the configured bootstrap servers answered."""
+
+    action = ("start the brokers, or fix kafka.bootstrap_servers (host, port, listener) and "
+              "the network between here and them.")
+
+
 class LayoutError(TtlError):
     """A table's layout or settings differ from the configuration (names both values)."""
 

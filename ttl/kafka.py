@@ -16,7 +16,7 @@ import uuid
 from dataclasses import dataclass
 
 from ttl.config import KafkaConfig
-from ttl.errors import ConfigError, KafkaAccessDenied
+from ttl.errors import ConfigError, KafkaAccessDenied, KafkaUnreachable
 
 JAAS_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
                 "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
@@ -142,15 +142,16 @@ class KafkaClients:
         admin = self.admin()  # referenced until the future resolves (else: _DESTROY)
         admin.create_topics([new], operation_timeout=30)[topic].result(timeout=60)
 
-    def check_access(self, source: str, timeout: float = 30.0) -> None:
-        """Fail fast, naming the cause, when the brokers refuse our credentials.
+    def check_access(self, source: str, timeout: float = 8.0) -> None:
+        """Fail fast, naming the cause, when the brokers refuse our credentials or do not
+        answer at all, before Spark starts.
 
         librdkafka retries a failed SASL handshake like a network error, so without this
         check a wrong password surfaces after 30 s of retry lines as a ``Broker transport
-        failure`` traceback (and Spark's Java client would retry for longer still).
-        Authentication errors reach only the error callback; anything else (a broker still
-        starting) is left to the callers' own timeouts. The message names settings, never
-        their values.
+        failure`` traceback (and Spark's Java client would retry for longer still); an
+        unreachable broker cost a minute and hundreds of client error lines. Authentication
+        errors reach only the error callback. The message names settings, never their
+        values.
         """
         from confluent_kafka import KafkaError, KafkaException
 
@@ -172,3 +173,5 @@ class KafkaClients:
                     raise KafkaAccessDenied(
                         f"Kafka at {self.bootstrap} refused the credentials configured in "
                         f"{source}: {refused[-1]}") from None
+        raise KafkaUnreachable(f"Kafka at {self.bootstrap} (kafka.bootstrap_servers in "
+                               f"{source}) did not answer within {timeout:.0f} s")
