@@ -210,6 +210,12 @@ class DrillConfig(_Section):
     interval: DurationMs | None = None
 
 
+class MetricsConfig(_Section):
+    """The driver's Prometheus endpoint (``/metrics``); ``port`` unset: no endpoint."""
+
+    port: int | None = Field(default=None, ge=1, le=65535)
+
+
 class Config(_Section):
     store: StoreConfig
     kafka: KafkaConfig
@@ -219,6 +225,7 @@ class Config(_Section):
     drill: DrillConfig = DrillConfig()
     stream: StreamConfig
     spark: SparkConfig = SparkConfig()
+    metrics: MetricsConfig = MetricsConfig()
     source: str = "<memory>"
 
 

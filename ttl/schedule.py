@@ -34,7 +34,8 @@ class StoreJobs:
                  publish: Callable[[], object] | None = None,
                  guard: Callable[[], str | None] | None = None,
                  release: Callable[[], None] | None = None,
-                 published: Callable[[], int | None] | None = None) -> None:
+                 published: Callable[[], int | None] | None = None,
+                 on_sweep: Callable[[eviction.SweepResult], None] | None = None) -> None:
         self.store = store
         self.conf = conf
         self.lock = lock or threading.Lock()
@@ -44,6 +45,7 @@ class StoreJobs:
         # The table version the changelog has (measured: the publisher's progress), or None
         # when unknown; VACUUM never removes the change data of what is not published.
         self.published = published
+        self.on_sweep = on_sweep  # the driver's metrics
         self.last_sweep: eviction.SweepResult | None = None
         self.evicted_total = 0
 
@@ -77,6 +79,8 @@ class StoreJobs:
         if result is not None:
             self.last_sweep = result  # type: ignore[assignment]
             self.evicted_total += result.evicted  # type: ignore[union-attr]
+            if self.on_sweep is not None:
+                self.on_sweep(result)  # type: ignore[arg-type]
         return result  # type: ignore[return-value]
 
     def optimize(self) -> None:

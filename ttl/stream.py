@@ -35,6 +35,7 @@ from ttl.config import Config
 from ttl.errors import StreamOwned
 from ttl.kafka import KafkaClients
 from ttl.lease import Lease
+from ttl.metrics import Metrics
 from ttl.names import (
     BATCH_LOGGER,
     OP_INPUT_SKIPPED,
@@ -96,9 +97,11 @@ class StreamJob:
         self.summary = StreamSummary()
         self.lease = lease
         self.sweeper = store.for_thread()  # wall sweeps: own session, same stream time
+        self.metrics = Metrics(conf.store.name)
         self.jobs = schedule.StoreJobs(self.sweeper, conf, lock=self.lock,
                                        publish=self._publish,
-                                       published=self._published_table_version)
+                                       published=self._published_table_version,
+                                       on_sweep=self.metrics.sweep)
         self.query = None
         self.query_started = threading.Event()
         self.stopping = threading.Event()
@@ -119,7 +122,10 @@ class StreamJob:
 
     def run(self, *, available_now: bool = False) -> int:
         self._take_lease()
-        self.lease.start_heartbeat(on_lost=self.stop)
+        self.lease.start_heartbeat(on_lost=self._lease_lost)
+        self.metrics.lease_held.labels(self.conf.store.name).set(1)
+        if self.conf.metrics.port is not None:
+            self._serve_metrics(self.conf.metrics.port)
         scheduler = schedule.build(self.conf, self.jobs, blocking=False)
         previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
         failure: BaseException | None = None
@@ -175,6 +181,7 @@ class StreamJob:
             ("publish the last versions", self._publish_locked),
             ("close the changelog producer", self.publisher.close),
             ("release the lease", self.lease.release),
+            ("stop the metrics endpoint", self._close_metrics),
         ]
         first: BaseException | None = None
         for what, step in steps:
@@ -188,6 +195,24 @@ class StreamJob:
         log.info("stream %s stopped: %s", self.conf.store.name, self.summary.line())
         if first is not None and failure is None:
             raise first
+
+    def _serve_metrics(self, port: int) -> None:
+        from ttl.errors import ConfigError
+
+        try:
+            self.metrics.serve(port)
+        except OSError as exc:
+            self.lease.release()
+            raise ConfigError(f"{self.conf.source}: metrics.port = {port}: cannot serve "
+                              f"metrics there ({exc})") from None
+
+    def _close_metrics(self) -> None:
+        self.metrics.lease_held.labels(self.conf.store.name).set(0)
+        self.metrics.close()
+
+    def _lease_lost(self) -> None:
+        self.metrics.lease_held.labels(self.conf.store.name).set(0)
+        self.stop()
 
     def _publish_locked(self):
         with self.lock:
@@ -362,6 +387,7 @@ class StreamJob:
             phases.close()
         self._account(result, evicted, published)
         seconds = phases.as_dict()
+        self.metrics.batch(result.counts, seconds, self.store.stream_time.value)
         batch_log.info(json.dumps({
             "batch": batch_id, "records_in": result.counts.records,
             "upserted": result.counts.upserted, "deleted": result.counts.deleted,
@@ -422,6 +448,7 @@ class StreamJob:
                or now - self._last_stream_sweep >= self.conf.eviction.stream_interval)
         if due:
             swept = eviction.sweep(self.store, "stream", now)
+            self.metrics.sweep(swept)
             evicted["stream"] = swept.evicted
             self._last_stream_sweep = now
             return evicted, swept.version is not None
@@ -435,6 +462,7 @@ class StreamJob:
         else:
             result = self.publisher.publish()
         self.summary.published += result.records
+        self.metrics.publication(result)
         return result
 
     def _published_table_version(self) -> int:

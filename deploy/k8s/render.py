@@ -61,6 +61,24 @@ def _env(conf: Config, names: dict[str, str]) -> list[dict]:
     return env
 
 
+def _metrics(port: int) -> dict:
+    """The stream driver's Prometheus endpoint: scrape annotations, the container port, and
+    probes on it (in the driver's pod template: SparkPodSpec has no probe fields)."""
+    probe = {"httpGet": {"path": "/metrics", "port": port}}
+    return {
+        "annotations": {"prometheus.io/scrape": "true", "prometheus.io/port": str(port),
+                        "prometheus.io/path": "/metrics"},
+        "ports": [{"name": "metrics", "protocol": "TCP", "containerPort": port}],
+        "template": {"spec": {"containers": [{
+            "name": "spark-kubernetes-driver",
+            # ready once the driver serves metrics; restarted if it stops answering
+            "readinessProbe": {**probe, "initialDelaySeconds": 20, "periodSeconds": 10},
+            "livenessProbe": {**probe, "initialDelaySeconds": 120, "periodSeconds": 30,
+                              "failureThreshold": 4},
+        }]}},
+    }
+
+
 def _app(conf: Config, component: str, args: list[str], restart: dict) -> dict:
     names = _names(conf)
     sc = spark_conf(conf)
@@ -78,6 +96,8 @@ def _app(conf: Config, component: str, args: list[str], restart: dict) -> dict:
     }
     if component == "stream":  # room for a clean stop on SIGTERM (pod eviction, upgrade)
         driver["terminationGracePeriodSeconds"] = 120
+        if conf.metrics.port is not None:
+            driver.update(_metrics(conf.metrics.port))
     return {
         "type": "Python",
         "pythonVersion": "3",

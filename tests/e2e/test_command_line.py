@@ -96,3 +96,62 @@ def test_version_and_help_on_every_option():
 
     walk(main, "ttl")
     assert missing == []
+
+
+def _scrape(port: int) -> dict[tuple[str, tuple], float]:
+    """``/metrics`` as {(sample name, sorted labels without store): value}."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {(s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k != "store"))):
+            s.value for family in text_string_to_metric_families(text)
+            for s in family.samples}
+
+
+def test_the_metrics_endpoint_is_scraped_during_a_real_run(kafka, tmp_path):
+    """Operability 1: `ttl run` serves Prometheus metrics on metrics.port while it runs:
+    records by outcome, dead letters by reason, batches and their durations, changelog
+    records, stream time and the lease."""
+    import signal
+    import subprocess
+
+    from tests.e2e.test_stream_job import TTL_BIN, produce
+    from tests.support import wait_until
+    from ttl.record import InputRecord
+
+    port = free_port()
+    conf_path = write_conf(tmp_path, kafka, extra=f"[metrics]\nport = {port}")
+    now = int(time.time() * 1000)
+    produce(kafka, conf_path, [InputRecord(f"k{i}".encode(), b"v", now, (), i % 2, i // 2)
+                               for i in range(18)]
+            + [InputRecord(None, b"v", now, (), 0, 9)])           # a dead letter
+    job = subprocess.Popen([TTL_BIN, "run", "--conf", str(conf_path)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        def scraped():
+            if job.poll() is not None:
+                raise AssertionError(job.stderr.read()[-3000:])
+            try:
+                got = _scrape(port)
+            except OSError:
+                return None  # not serving yet
+            done = got.get(("ttl_records_total", (("outcome", "upserted"),)), 0) >= 18
+            return got if done and got.get(("ttl_changelog_records_total", ()), 0) >= 18 \
+                else None
+
+        got = wait_until(scraped, timeout=240, interval=1.0, what="metrics of the batches")
+    finally:
+        job.send_signal(signal.SIGTERM)
+        _, err = job.communicate(timeout=120)
+    assert job.returncode == 0, err[-3000:]
+    assert got[("ttl_records_total", (("outcome", "rejected"),))] == 1
+    assert got[("ttl_dead_letters_total", (("reason", "null_key"),))] == 1
+    assert got[("ttl_batches_total", ())] >= 1
+    assert got[("ttl_batch_duration_seconds_count", ())] == got[("ttl_batches_total", ())]
+    assert got[("ttl_batch_phase_seconds_total", (("phase", "write"),))] > 0
+    assert got[("ttl_stream_time_ms", ())] == now
+    assert got[("ttl_lease_held", ())] == 1
+    assert got[("ttl_changelog_lag_versions", ())] == 0

@@ -161,6 +161,20 @@ def test_stream_restarts_after_failures():
     assert policy["onFailureRetryInterval"] > 0
 
 
+def test_the_stream_driver_is_scraped_and_probed_on_the_profiles_metrics_port():
+    from ttl.config import load
+
+    port = load(PROFILE).metrics.port
+    driver = _apps()["stream"]["driver"]
+    assert port is not None
+    assert driver["annotations"]["prometheus.io/port"] == str(port)
+    assert driver["ports"] == [{"name": "metrics", "protocol": "TCP", "containerPort": port}]
+    (container,) = driver["template"]["spec"]["containers"]
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/metrics", "port": port}
+    assert "ports" not in _apps()["evict"]["driver"]  # batch jobs serve nothing
+
+
 @pytest.mark.parametrize("job", ["evict", "drill"])
 def test_schedules_are_valid_cron_and_never_overlap(job):
     spec = _scheduled(job)["spec"]
