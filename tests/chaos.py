@@ -260,14 +260,19 @@ def _kill_the_stream(spark, kafka, conf, conf_path: Path, rng: random.Random, fa
 
     stop = threading.Event()
     helper = None
+    failures: list[BaseException] = []
     if fault == "broker":
         pause = rng.uniform(3, 12)
 
         def restart() -> None:
-            if not stop.wait(pause):
+            if stop.wait(pause):
+                return
+            try:
                 kafka.kill_node(1)
-                kafka.restart_node(1)
+                kafka.restart_node(1, timeout=300)  # a loaded machine recovers logs slowly
                 _wait_for_leaders(kafka, conf)
+            except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+                failures.append(exc)
 
         helper = threading.Thread(target=restart, daemon=True)
     elif fault == "storm":
@@ -302,7 +307,11 @@ def _kill_the_stream(spark, kafka, conf, conf_path: Path, rng: random.Random, fa
     finally:
         stop.set()
         if helper is not None:
-            helper.join(timeout=180)
+            helper.join(timeout=600)
+    if failures:
+        tail = kafka.log_file.read_text()[-3000:] if kafka.log_file.exists() else ""
+        raise RuntimeError(f"the broker restart failed (seed {seed}): {failures[0]!r}\n"
+                           f"{tail}") from failures[0]
     return died
 
 
