@@ -19,7 +19,9 @@ def _logging(verbose: bool) -> None:
         stream=sys.stderr,
     )
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    # A sweep still running when its next tick comes is skipped on purpose (max_instances
+    # = 1, coalesced): APScheduler warns about it every time.
+    logging.getLogger("apscheduler").setLevel(logging.ERROR)
 
 
 @click.group()

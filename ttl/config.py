@@ -84,6 +84,11 @@ class StoreConfig(_Section):
     #: this (``message.max.bytes``); the changelog topic's ``max.message.bytes`` must too.
     max_record_bytes: int = Field(default=1_000_000, gt=0, le=1_000_000_000)
     dead_letter_path: Location | None = None
+    #: Deletion vectors on the store table (set when the table is created): deletes and
+    #: sweeps mark rows instead of rewriting files (faster), but readers must support the
+    #: deletionVectors reader feature (delta-rs's pyarrow path, plain Parquet readers do
+    #: not). See README "Reading the store from other engines".
+    deletion_vectors: bool = True
 
     @model_validator(mode="after")
     def _limits_fit_a_changelog_record(self) -> StoreConfig:

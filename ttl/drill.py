@@ -28,10 +28,14 @@ from ttl.errors import RestoreError
 from ttl.kafka import KafkaClients
 from ttl.names import DRILLS_SUFFIX, progress_topic, sibling
 from ttl.restore import restore
+from ttl.store.layout import PLAIN_TABLE
 
 log = logging.getLogger(__name__)
 
 SAFE_SHARE = 0.1
+DRILL_COLUMNS = ("store string, version bigint, started_at bigint, match boolean, "
+                 "missing bigint, extra bigint, different bigint, keys bigint, "
+                 "records_read bigint, restore_seconds double, report string")
 COMPARED = ("value", "ts", "headers", "expires_at")
 
 
@@ -149,9 +153,9 @@ def _record_drill(spark, conf: Config, report: DrillReport) -> None:
     row = [(report.store, report.version, report.started_at, report.match, report.missing,
             report.extra, report.different, report.keys, report.records_read,
             float(report.restore_seconds), report.to_json())]
-    frame = spark.createDataFrame(row, "store string, version bigint, started_at bigint, "
-                                       "match boolean, missing bigint, extra bigint, "
-                                       "different bigint, keys bigint, records_read bigint, "
-                                       "restore_seconds double, report string")
-    frame.write.format("delta").mode("append").save(sibling(conf.store.path, DRILLS_SUFFIX))
+    frame = spark.createDataFrame(row, DRILL_COLUMNS)
+    path = sibling(conf.store.path, DRILLS_SUFFIX)
+    spark.sql(f"CREATE TABLE IF NOT EXISTS delta.`{path}` ({DRILL_COLUMNS}) USING delta "
+              f"{PLAIN_TABLE}")
+    frame.write.format("delta").mode("append").save(path)
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from ttl.clock import Clock, WallClock
 from ttl.names import LEASE_SUFFIX, sibling
+from ttl.store.layout import PLAIN_TABLE
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ class Lease:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.spark.sql(f"CREATE TABLE IF NOT EXISTS delta.`{self.path}` ({LEASE_COLUMNS}) "
-                       "USING delta")
+                       f"USING delta {PLAIN_TABLE}")
 
     def current(self) -> LeaseState | None:
         rows = self.spark.read.format("delta").load(self.path).where(

@@ -448,7 +448,8 @@ def _write(spark, conf: Config, target: str, latest, result: RestoreResult,
     from ttl.clock import WallClock
 
     now = WallClock().now_ms() if wall_ms is None else wall_ms
-    props = layout.ensure_store_table(spark, target, conf.store.name, conf.store.ttl)
+    props = layout.ensure_store_table(spark, target, conf.store.name, conf.store.ttl,
+                                      deletion_vectors=conf.store.deletion_vectors)
     offset = _continue_versions(spark, target, props, result.changelog_floor)
     rows = latest.select(
         F.col("key"), F.col("value"), F.col("ts"), F.col("headers"),

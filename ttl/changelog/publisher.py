@@ -180,7 +180,13 @@ class Publisher:
         self._commit()
 
     def close(self) -> None:
+        """Flush, then destroy the producer: a producer left alive keeps reconnecting (and
+        logging) after its brokers stopped."""
+        if self.producer is None:
+            return
         self.producer.flush(30)
+        self.producer.close()
+        self.producer = None
 
     def table_version(self) -> int:
         return delta_log.latest_version(self.spark, self.path)

@@ -56,14 +56,20 @@ BASE_PROPERTIES = {
     "delta.dataSkippingStatsColumns": "ts,expires_at,updated_at,key_hash",
 }
 
+#: The engine's own small tables (dead letters, lease, drill history) use no deletion
+#: vectors, whatever the session's defaults say: declaring the reader feature would only
+#: keep other engines (delta-rs's pyarrow path) from reading them.
+PLAIN_TABLE = "TBLPROPERTIES ('delta.enableDeletionVectors' = 'false')"
+
 
 def ttl_property(ttl_ms: int | None) -> str:
     return "none" if ttl_ms is None else str(ttl_ms)
 
 
-def store_properties(name: str, ttl_ms: int | None) -> dict[str, str]:
-    return {**BASE_PROPERTIES, PROP_FORMAT: str(FORMAT_VERSION), PROP_NAME: name,
-            PROP_TTL: ttl_property(ttl_ms)}
+def store_properties(name: str, ttl_ms: int | None,
+                     deletion_vectors: bool = True) -> dict[str, str]:
+    return {**BASE_PROPERTIES, "delta.enableDeletionVectors": str(deletion_vectors).lower(),
+            PROP_FORMAT: str(FORMAT_VERSION), PROP_NAME: name, PROP_TTL: ttl_property(ttl_ms)}
 
 
 def tblproperties(props: dict[str, str]) -> str:
@@ -86,7 +92,7 @@ def legacy_version(columns: list[str]) -> int | None:
 
 
 def ensure_store_table(spark, path: str, name: str, ttl_ms: int | None, *,
-                       check_ttl: bool = True) -> dict[str, str]:
+                       check_ttl: bool = True, deletion_vectors: bool = True) -> dict[str, str]:
     """Create the v3 table at ``path`` or open it, checking layout and settings.
 
     Idempotent. Raises ``LayoutError`` naming both values when the table was made for
@@ -95,7 +101,7 @@ def ensure_store_table(spark, path: str, name: str, ttl_ms: int | None, *,
     if not delta_log.is_delta_table(spark, path):
         spark.sql(
             f"CREATE TABLE IF NOT EXISTS delta.`{path}` ({STORE_COLUMNS}) USING delta "
-            f"TBLPROPERTIES ({tblproperties(store_properties(name, ttl_ms))})"
+            f"TBLPROPERTIES ({tblproperties(store_properties(name, ttl_ms, deletion_vectors))})"
         )
     props = delta_log.properties(spark, path)
     version = props.get(PROP_FORMAT)
@@ -125,5 +131,6 @@ def ensure_store_table(spark, path: str, name: str, ttl_ms: int | None, *,
 
 def ensure_dead_letter_table(spark, path: str) -> None:
     spark.sql(
-        f"CREATE TABLE IF NOT EXISTS delta.`{path}` ({DEAD_LETTER_COLUMNS}) USING delta"
+        f"CREATE TABLE IF NOT EXISTS delta.`{path}` ({DEAD_LETTER_COLUMNS}) USING delta "
+        f"{PLAIN_TABLE}"
     )

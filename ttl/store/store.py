@@ -44,6 +44,7 @@ class DeltaStore:
         self.clock_kind: ClockKind = clock
         self.wall_clock = wall_clock or WallClock()
         self.properties = layout.ensure_store_table(self.spark, self.path, conf.name, conf.ttl,
+                                                    deletion_vectors=conf.deletion_vectors,
                                                     check_ttl=check_ttl)
         if not check_ttl:  # the table's TTL rules (``ttl alter`` opens a store this way)
             raw = self.properties.get(PROP_TTL)

@@ -1,0 +1,84 @@
+"""Other engines read the store (operability: issue 15, item 7).
+
+delta-rs (the ``deltalake`` package, no Spark) reads the store table with the live-entries
+filter README gives, and gets exactly the engine's own view; the engine's small tables
+(dead letters, lease, drill history) never declare the deletion-vectors reader feature.
+"""
+
+from __future__ import annotations
+
+import pytest
+from deltalake import DeltaTable  # a missing package fails the suite loudly
+
+from tests.integration.test_eviction import NOW, recs
+from ttl import eviction
+from ttl.clock import FixedClock
+from ttl.config import StoreConfig
+from ttl.lease import Lease
+from ttl.store import DeltaStore
+
+pytestmark = pytest.mark.integration
+
+
+def _workload(store: DeltaStore) -> None:
+    """Puts, an overwrite, a delete and a sweep: on a table with deletion vectors the
+    delete and the sweep mark rows instead of rewriting files."""
+    store.apply_records(recs(*[(f"k{i}".encode(), b"v", NOW - i * 100) for i in range(20)]))
+    store.apply_records(recs((b"k1", b"new", NOW + 1), (b"k2", None, NOW + 1),
+                             (b"late", b"v", NOW - 50_000)))
+    store.wall_clock.set(NOW + 1_000)
+    eviction.sweep(store, "wall")  # removes nothing live at NOW + 1000 but "late" expired
+
+
+def _live_via_delta_rs_sql(path: str, now: int) -> dict[bytes, tuple[bytes, int]]:
+    """README's recipe for any store (deletion vectors or not): delta-rs's SQL path with
+    the live-entries filter."""
+    from deltalake import QueryBuilder
+
+    rows = QueryBuilder().register("store", DeltaTable(path)).execute(
+        "SELECT key, value, ts FROM store "
+        f"WHERE expires_at IS NULL OR expires_at > {now}").read_all()
+    return {k: (v, ts) for k, v, ts in zip(*(rows[c].to_pylist() for c in (
+        "key", "value", "ts")), strict=True)}
+
+
+def _live_via_pyarrow(path: str, now: int) -> dict[bytes, tuple[bytes, int]]:
+    """delta-rs's usual pyarrow path (tables without deletion vectors only)."""
+    table = DeltaTable(path).to_pyarrow_table(columns=["key", "value", "ts", "expires_at"])
+    return {k: (v, ts) for k, v, ts, e in zip(*(table[c].to_pylist() for c in (
+        "key", "value", "ts", "expires_at")), strict=True) if e is None or e > now}
+
+
+@pytest.mark.parametrize("deletion_vectors", [False, True])
+def test_delta_rs_reads_the_store_as_the_engine_sees_it(spark, tmp_path, deletion_vectors):
+    path = str(tmp_path / "store")
+    conf = StoreConfig(name="interop", path=path, ttl=30_000,
+                       deletion_vectors=deletion_vectors)
+    store = DeltaStore(spark, conf, wall_clock=FixedClock(NOW))
+    _workload(store)
+    now = NOW + 1_000
+    engine = {k: (e.value, e.ts) for k, e in store.entries(at=now).items()}
+    assert engine and b"k2" not in engine and engine[b"k1"][0] == b"new"
+    protocol = DeltaTable(path).protocol()
+    assert ("deletionVectors" in (protocol.reader_features or [])) is deletion_vectors
+    assert _live_via_delta_rs_sql(path, now) == engine
+    if deletion_vectors:  # README says so: this path refuses the reader feature
+        with pytest.raises(Exception, match="deletionVectors"):
+            _live_via_pyarrow(path, now)
+    else:
+        assert _live_via_pyarrow(path, now) == engine
+
+
+def test_the_engines_own_tables_declare_no_deletion_vectors(spark, tmp_path):
+    path = str(tmp_path / "store")
+    store = DeltaStore(spark, StoreConfig(name="interop", path=path, ttl=30_000),
+                       wall_clock=FixedClock(NOW))
+    store.apply_records([*recs((b"ok", b"v", NOW)), *recs((None, b"v", NOW))])
+    lease = Lease(spark, path, duration_ms=60_000)
+    assert lease.acquire()
+    for table in (store.dead_letter_path, lease.path):
+        features = DeltaTable(table).protocol().reader_features or []
+        assert "deletionVectors" not in features, table
+    assert DeltaTable(store.dead_letter_path).to_pyarrow_table(
+        columns=["reason"])["reason"].to_pylist() == ["null_key"]
+    assert DeltaTable(lease.path).to_pyarrow_table()["owner"].to_pylist() == [lease.owner]
