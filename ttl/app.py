@@ -316,13 +316,24 @@ def alter(app: App, new_ttl: str, dry_run: bool) -> str:
 
 
 def status(app: App) -> dict[str, object]:
-    """``ttl status``."""
+    """``ttl status``: read with delta-rs, no Spark (``ttl.status``)."""
     from ttl import status as status_mod
 
     if app.kafka_reachable:
-        app.check_kafka()  # before Spark starts
-    return status_mod.status(app.store(), app.lease(),
-                             app.kafka if app.kafka_reachable else None)
+        app.check_kafka()
+    wall = app.wall_clock.now_ms() if app.wall_clock is not None else None
+    return status_mod.status(app.conf, app.kafka if app.kafka_reachable else None,
+                             wall_ms=wall)
+
+
+def health(app: App, require_stream: bool) -> object:
+    """``ttl health``: an exit code for probes (``ttl.status.health``)."""
+    from ttl import status as status_mod
+
+    if app.kafka_reachable:
+        app.check_kafka()
+    return status_mod.health(app.conf, app.kafka if app.kafka_reachable else None,
+                             require_stream=require_stream)
 
 
 def schedule_daemon(app: App) -> None:

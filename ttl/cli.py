@@ -173,12 +173,28 @@ def alter(conf_path: Path, new_ttl: str, dry_run: bool) -> None:
 
 @main.command()
 @CONF
-def status(conf_path: Path) -> None:
-    """Entries, expired-not-swept, stream time, last sweep, changelog lag, dead letters."""
+@click.option("--json", "as_json", is_flag=True, help="One JSON object, for machines.")
+def status(conf_path: Path, as_json: bool) -> None:
+    """Entries, expired-not-swept, stream time, last sweep, changelog lag, dead letters,
+    lease (read without Spark: about a second)."""
+    from ttl import app
+    from ttl import status as status_mod
+
+    out = app.status(_app(conf_path))
+    click.echo(status_mod.to_json(out) if as_json else "\n".join(status_mod.human(out)))
+
+
+@main.command()
+@CONF
+@click.option("--require-stream", is_flag=True,
+              help="Unhealthy also when no stream holds the store's lease.")
+def health(conf_path: Path, require_stream: bool) -> None:
+    """Exit 0 if the store reads and the changelog keeps up (for probes), else exit 1."""
     from ttl import app
 
-    for key, value in app.status(_app(conf_path)).items():
-        click.echo(f"{key:>24}: {value}")
+    result = app.health(_app(conf_path), require_stream)
+    click.echo(result.line())
+    sys.exit(0 if result.ok else 1)
 
 
 @main.command("schedule")
@@ -222,21 +238,23 @@ def topic_check(conf_path: Path, bootstrap: str | None) -> None:
 @CONF
 @click.argument("key")
 def get(conf_path: Path, key: str) -> None:
-    """Print a key's live value, timestamp and headers."""
-    found = _app(conf_path).store().get_with_timestamp(key.encode())
+    """Print a key's live value, timestamp and headers (read without Spark)."""
+    from ttl import status as status_mod
+
+    found = status_mod.get(_app(conf_path).conf, key.encode())
     click.echo("(no live entry)" if found is None else
-               f"value={found.value!r} ts={found.timestamp} headers={list(found.headers)}")
+               f"value={found['value']!r} ts={found['ts']} headers={list(found['headers'])}")
 
 
 @main.command()
 @CONF
 @click.option("--limit", default=20, show_default=True, help="Print at most this many.")
 def scan(conf_path: Path, limit: int) -> None:
-    """Print live entries in key order."""
-    for i, (key, entry) in enumerate(_app(conf_path).store().all()):
-        if i >= limit:
-            break
-        click.echo(f"{key!r}: value={entry.value!r} ts={entry.timestamp}")
+    """Print live entries in key order (read without Spark)."""
+    from ttl import status as status_mod
+
+    for key, entry in status_mod.scan(_app(conf_path).conf, limit):
+        click.echo(f"{key!r}: value={entry['value']!r} ts={entry['ts']}")
 
 
 @main.command("publish")

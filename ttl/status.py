@@ -1,67 +1,239 @@
-"""``ttl status``: what an operator asks first about a store, in one place.
+"""``ttl status``, ``get``, ``scan`` and ``health``: answers about a store without Spark.
 
-Entries live and expired-not-yet-swept, stream time, the last sweep, dead letters, the lease,
-and how far the changelog lags behind the table (in versions and in seconds: the age of the
-oldest commit not yet published). Log reads go through ``ttl.delta_log``.
+Starting Spark costs tens of seconds; an operator's question ("is it healthy, how far
+behind, what is this key") should cost about one. delta-rs (the ``deltalake`` package) reads
+the Delta log and the tables directly: its log reads give versions, commit metadata and
+table properties (stream time, the last sweep, the changelog's version offset), and its SQL
+engine (DataFusion, which applies deletion vectors) counts and looks up rows with the
+live-entries filter. Spark stays the only writer; this module never writes.
+
+It reads the same commit metadata ``ttl.delta_log`` reads for the engine (the JSON
+``userMetadata`` of ``ttl.commit``), through delta-rs instead of Spark.
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from ttl import delta_log, eviction
+import pyarrow as pa
+
+from ttl import commit
 from ttl.changelog.format import version_offset
-from ttl.changelog.publisher import read_progress
-from ttl.kafka import KafkaClients
-from ttl.lease import Lease
-from ttl.names import OP_SWEEP, progress_topic
+from ttl.clock import WallClock, batch_clock
+from ttl.config import Config
+from ttl.lease import LEASE_ID
+from ttl.names import (
+    LEASE_SUFFIX,
+    OP_SWEEP,
+    PROP_STREAM_TIME_FLOOR,
+    progress_topic,
+    sibling,
+)
+from ttl.record import Headers
+
+#: Commits read back for stream time and the last sweep (newest first).
+HISTORY = 200
 
 
-def last_sweep(store) -> dict | None:
-    """The latest sweep commit: version, clock, T, entries evicted, commit time."""
-    found = delta_log.last_engine_commit(store.spark, store.path, op=OP_SWEEP)
-    if found is None:
+def _table(path: str):
+    from deltalake import DeltaTable
+
+    return DeltaTable(path)
+
+
+def _sql(tables: dict[str, object], query: str) -> pa.Table:
+    from deltalake import QueryBuilder
+
+    builder = QueryBuilder()
+    for name, table in tables.items():
+        builder.register(name, table)
+    return pa.table(builder.execute(query).read_all())
+
+
+def _live(now: int) -> str:
+    return f"(expires_at IS NULL OR expires_at > {int(now)})"
+
+
+@dataclass
+class StoreView:
+    """What a status reads, once: the store table at its latest version."""
+
+    conf: Config
+    version: int
+    properties: dict[str, str]
+    commits: list[dict] = field(default_factory=list)  # newest first, delta-rs history
+
+    @classmethod
+    def open(cls, conf: Config) -> StoreView:
+        table = _table(conf.store.path)
+        return cls(conf, table.version(), dict(table.metadata().configuration),
+                   table.history(HISTORY))
+
+    def engine_commits(self):
+        for c in self.commits:
+            meta = commit.decode(c.get("userMetadata"))
+            if meta is not None:
+                yield c, meta
+
+    def stream_time(self, changelog: int | None = None) -> int | None:
+        """As the engine recovers it: every commit still read back, the floor property and
+        the changelog's progress."""
+        floor = self.properties.get(PROP_STREAM_TIME_FLOOR)
+        found = [m.get("stream_time") for _, m in self.engine_commits()]
+        found += [int(floor) if floor else None, changelog]
+        found = [int(v) for v in found if v is not None]
+        return max(found) if found else None
+
+    def last_sweep(self) -> dict | None:
+        for c, meta in self.engine_commits():
+            if meta.get("op") == OP_SWEEP:
+                metrics = c.get("operationMetrics") or {}
+                at = datetime.fromtimestamp(c["timestamp"] / 1000, timezone.utc)
+                return {"version": c["version"], "clock": meta.get("clock"), "t": meta.get("t"),
+                        "evicted": int(metrics.get("numDeletedRows", 0)),
+                        "at": at.isoformat(timespec="seconds")}
         return None
-    meta = found.metadata or {}
-    at = datetime.fromtimestamp(found.timestamp_s, timezone.utc).isoformat(timespec="seconds")
-    return {"version": found.version, "clock": meta.get("clock"), "t": meta.get("t"),
-            "evicted": found.metric("numDeletedRows") if found.metrics else None, "at": at}
+
+    def commit_time_s(self, version: int) -> float | None:
+        for c in self.commits:
+            if c.get("version") == version:
+                return c["timestamp"] / 1000
+        return None
 
 
-def seconds_behind(store, published: int, current: int) -> float:
-    """Age of the oldest unpublished commit (0 when everything is published)."""
-    if published >= current:
-        return 0.0
-    oldest = delta_log.commit_at(store.spark, store.path, published + 1)
-    if oldest is None:
-        return 0.0
-    return max(0.0, store.wall_clock.now_ms() / 1000 - oldest.timestamp_s)
+def _changelog_progress(conf: Config, kafka) -> tuple[int, int | None] | None:
+    """(published changelog version, its stream time), or ``None`` without a changelog
+    position (no reachable brokers, no progress topic)."""
+    from ttl.changelog.publisher import published_progress
 
-
-def status(store, lease: Lease, kafka: KafkaClients | None) -> dict[str, object]:
-    """The store's status; ``kafka`` is ``None`` when the brokers are not reachable now (the
-    embedded broker runs only inside ``ttl run``), and the changelog lag is then unknown."""
-    spark = store.spark
-    table = spark.read.format("delta").load(store.path)
-    now = store.now()
-    version = delta_log.latest_version(spark, store.path)
-    out: dict[str, object] = {
-        "store": store.conf.name, "table": store.path, "table version": version,
-        "clock": f"{store.clock_kind} (now {now})",
-        "live entries": store.live_frame(now).count(),
-        "expired, not yet swept": table.where(eviction.expired_predicate(now)).count(),
-        "stream time": store.stream_time.value,
-        "last sweep": last_sweep(store),
-        "dead letters": spark.read.format("delta").load(store.dead_letter_path).count(),
-    }
-    held = lease.current()
-    out["lease"] = f"{held.holder} until {held.expires_at}" if held else "free"
     if kafka is None:
-        out["changelog lag (versions)"] = "unknown (embedded broker not running)"
+        return None
+    progress = published_progress(kafka, progress_topic(conf.kafka.changelog_topic))
+    return None if progress is None else (progress.version, progress.stream_time)
+
+
+def status(conf: Config, kafka=None, *, wall_ms: int | None = None) -> dict[str, object]:
+    """``ttl status`` without Spark; ``kafka`` is ``None`` when the brokers are not reachable
+    now (the embedded broker runs only inside ``ttl run``)."""
+    view = StoreView.open(conf)
+    progress = _changelog_progress(conf, kafka)
+    wall = WallClock().now_ms() if wall_ms is None else wall_ms
+    stream_time = view.stream_time(progress[1] if progress else None)
+    now = batch_clock(conf.eviction.clock, wall, stream_time)
+    store = _table(conf.store.path)
+    counts = _sql({"store": store}, "SELECT count(*) AS total, "
+                  f"coalesce(sum(CASE WHEN {_live(now)} THEN 1 ELSE 0 END), 0) AS live "
+                  "FROM store").to_pylist()[0]
+    dead = _sql({"dead": _table(conf.store.dead_letters)},
+                "SELECT count(*) AS n FROM dead").to_pylist()[0]["n"]
+    out: dict[str, object] = {
+        "store": conf.store.name, "table": conf.store.path, "table version": view.version,
+        "clock": f"{conf.eviction.clock} (now {now})",
+        "live entries": counts["live"],
+        "expired, not yet swept": counts["total"] - counts["live"],
+        "stream time": stream_time, "last sweep": view.last_sweep(), "dead letters": dead,
+        "lease": lease(conf, wall),
+    }
+    if progress is None:
+        out["changelog lag (versions)"] = ("unknown (embedded broker not running)"
+                                           if kafka is None else "unknown (no progress topic)")
         return out
-    progress = read_progress(kafka, progress_topic(kafka.conf.changelog_topic))
-    published = progress.version - version_offset(store.properties)  # a Delta version
+    published = progress[0] - version_offset(view.properties)  # a Delta version
     out["published version"] = published
-    out["changelog lag (versions)"] = max(0, version - published)
-    out["changelog lag (seconds)"] = seconds_behind(store, published, version)
+    out["changelog lag (versions)"] = max(0, view.version - published)
+    oldest = view.commit_time_s(published + 1) if published < view.version else None
+    out["changelog lag (seconds)"] = round(max(0.0, wall / 1000 - oldest), 1) \
+        if oldest is not None else 0.0
     return out
+
+
+def lease(conf: Config, wall_ms: int) -> str:
+    """``free``, or who holds the lease live and until when (epoch ms)."""
+    path = sibling(conf.store.path, LEASE_SUFFIX)
+    try:
+        rows = _table(path).to_pyarrow_table().to_pylist()
+    except Exception:  # noqa: BLE001 - no lease table yet: nobody ever held it
+        return "free"
+    for row in rows:
+        if row["id"] == LEASE_ID and row["owner"] and row["expires_at"] > wall_ms:
+            return f"{row['holder']} until {row['expires_at']}"
+    return "free"
+
+
+def get(conf: Config, key: bytes, *, wall_ms: int | None = None) -> dict | None:
+    """The live entry of ``key`` (value, ts, headers, expires_at), or ``None``."""
+    now = _now(conf, wall_ms)
+    rows = _sql({"store": _table(conf.store.path)},
+                "SELECT value, ts, headers, expires_at FROM store "
+                f"WHERE key = X'{key.hex()}' AND {_live(now)}").to_pylist()
+    return _entry(rows[0]) if rows else None
+
+
+def scan(conf: Config, limit: int, *, wall_ms: int | None = None) -> list[tuple[bytes, dict]]:
+    """Up to ``limit`` live entries in key order."""
+    now = _now(conf, wall_ms)
+    rows = _sql({"store": _table(conf.store.path)},
+                f"SELECT key, value, ts, headers, expires_at FROM store WHERE {_live(now)} "
+                f"ORDER BY key LIMIT {int(limit)}").to_pylist()
+    return [(bytes(r["key"]), _entry(r)) for r in rows]
+
+
+def _now(conf: Config, wall_ms: int | None) -> int:
+    wall = WallClock().now_ms() if wall_ms is None else wall_ms
+    if conf.eviction.clock == "wall":
+        return wall
+    view = StoreView.open(conf)
+    return batch_clock(conf.eviction.clock, wall, view.stream_time())
+
+
+def _entry(row: dict) -> dict:
+    headers: Headers = tuple((h["key"], None if h["value"] is None else bytes(h["value"]))
+                             for h in row["headers"] or ())
+    return {"value": bytes(row["value"]), "ts": row["ts"], "headers": headers,
+            "expires_at": row["expires_at"]}
+
+
+@dataclass
+class Health:
+    ok: bool
+    reasons: list[str]
+
+    def line(self) -> str:
+        return "healthy" if self.ok else "unhealthy: " + "; ".join(self.reasons)
+
+
+def health(conf: Config, kafka=None, *, require_stream: bool = False,
+           wall_ms: int | None = None) -> Health:
+    """A probe's answer: the table reads, the changelog lags less than
+    ``maintenance.publisher_max_lag`` (when the brokers are reachable) and, with
+    ``require_stream``, a stream holds the lease."""
+    reasons = []
+    try:
+        out = status(conf, kafka, wall_ms=wall_ms)
+    except Exception as exc:  # noqa: BLE001 - any failure to read is the answer
+        return Health(False, [f"the store cannot be read: {str(exc).splitlines()[0][:200]}"])
+    lag = out.get("changelog lag (seconds)")
+    limit = conf.maintenance.publisher_max_lag / 1000
+    if isinstance(lag, float) and lag > limit:
+        reasons.append(f"the changelog lags {lag:.0f} s, more than "
+                       f"maintenance.publisher_max_lag ({limit:.0f} s)")
+    if require_stream and out["lease"] == "free":
+        reasons.append("no stream holds the store's lease")
+    return Health(not reasons, reasons)
+
+
+def to_json(out: dict[str, object]) -> str:
+    return json.dumps(out, sort_keys=True, default=str)
+
+
+def human(out: dict[str, object]) -> list[str]:
+    """One aligned line per field; the last sweep as a sentence, not a dict."""
+    lines = []
+    for key, value in out.items():
+        if key == "last sweep" and isinstance(value, dict):
+            value = (f"version {value['version']}: {value['clock']} clock at T={value['t']}, "
+                     f"evicted {value['evicted']}, at {value['at']}")
+        lines.append(f"{key:>26}: {'none' if value is None else value}")
+    return lines

@@ -155,3 +155,45 @@ def test_the_metrics_endpoint_is_scraped_during_a_real_run(kafka, tmp_path):
     assert got[("ttl_stream_time_ms", ())] == now
     assert got[("ttl_lease_held", ())] == 1
     assert got[("ttl_changelog_lag_versions", ())] == 0
+
+
+def test_status_get_scan_and_health_read_the_store_without_spark(spark, kafka, tmp_path):
+    """Operability 2: on a store the engine wrote and published, `ttl status --json`,
+    `get`, `scan` and `health` answer in seconds without starting Spark (no JVM in their
+    output), with the engine's own figures."""
+    import json
+
+    from ttl.app import App
+    from ttl.config import load
+    from ttl.record import InputRecord
+
+    conf_path = write_conf(tmp_path, kafka)
+    conf = load(conf_path)
+    runtime = App(conf, spark=spark)
+    now = int(time.time() * 1000)
+    store = runtime.store()
+    store.apply_records([InputRecord(b"a", b"1", now, (("h", b"x"),), 0, 0),
+                         InputRecord(b"b", b"2", now, (), 0, 1),
+                         InputRecord(b"old", b"3", now - 3 * 86_400_000, (), 0, 2),
+                         InputRecord(None, b"bad", now, (), 0, 3)])
+    publisher = runtime.publisher()
+    publisher.publish()
+    publisher.close()
+    started = time.monotonic()
+    proc = ttl("status", "--conf", str(conf_path), "--json", timeout=60)
+    took = time.monotonic() - started
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert took < FAST_S and "SparkContext" not in proc.stderr, (took, proc.stderr)
+    assert out["live entries"] == 2 and out["dead letters"] == 1 and out["lease"] == "free"
+    assert out["changelog lag (versions)"] == 0 and out["stream time"] == now
+    got = ttl("get", "--conf", str(conf_path), "a", timeout=60)
+    assert got.stdout.strip() == f"value=b'1' ts={now} headers=[('h', b'x')]", got.stderr
+    scanned = ttl("scan", "--conf", str(conf_path), "--limit", "5", timeout=60)
+    assert scanned.stdout.splitlines() == [f"b'a': value=b'1' ts={now}",
+                                           f"b'b': value=b'2' ts={now}"], scanned.stderr
+    healthy = ttl("health", "--conf", str(conf_path), timeout=60)
+    assert healthy.returncode == 0 and healthy.stdout.strip() == "healthy"
+    no_stream = ttl("health", "--conf", str(conf_path), "--require-stream", timeout=60)
+    assert no_stream.returncode == 1
+    assert no_stream.stdout.strip() == "unhealthy: no stream holds the store's lease"
