@@ -257,6 +257,35 @@ def scan(conf_path: Path, limit: int) -> None:
         click.echo(f"{key!r}: value={entry['value']!r} ts={entry['ts']}")
 
 
+@main.group("dead-letters", invoke_without_command=True)
+@CONF
+@click.pass_context
+def dead_letters_cmd(ctx: click.Context, conf_path: Path) -> None:
+    """List the dead letters by reason (read without Spark); `replay` sends some back."""
+    ctx.obj = conf_path
+    if ctx.invoked_subcommand is None:
+        from ttl import dead_letters
+
+        click.echo("\n".join(dead_letters.summary(_app(conf_path).conf)))
+
+
+@dead_letters_cmd.command("replay")
+@click.option("--reason", required=True, help="Replay the dead letters of this reason.")
+@click.option("--key", default=None, help="Only this key's (UTF-8).")
+@BOOTSTRAP
+@click.pass_context
+def dead_letters_replay(ctx: click.Context, reason: str, key: str | None,
+                        bootstrap: str | None) -> None:
+    """Produce chosen dead letters to the input topic again (after a fix); idempotent."""
+    from ttl import dead_letters
+
+    app = _app(ctx.obj, bootstrap)
+    app.check_kafka()
+    result = dead_letters.replay(app.conf, app.kafka, reason,
+                                 key=key.encode() if key is not None else None)
+    click.echo(result.line(app.conf.kafka.input_topic))
+
+
 @main.command("publish")
 @CONF
 @BOOTSTRAP

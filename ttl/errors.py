@@ -129,6 +129,13 @@ class LeaseLost(TtlError):
               "history.")
 
 
+class ReplayIncomplete(TtlError):
+    """Some dead letters could not be produced back to the input topic."""
+
+    action = ("run the replay again once the brokers accept writes: the records already "
+              "delivered are recorded and skipped.")
+
+
 class PublisherFenced(TtlError):
     """Another publisher of this store started; this one must stop (it is a zombie)."""
 

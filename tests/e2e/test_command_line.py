@@ -197,3 +197,49 @@ def test_status_get_scan_and_health_read_the_store_without_spark(spark, kafka, t
     no_stream = ttl("health", "--conf", str(conf_path), "--require-stream", timeout=60)
     assert no_stream.returncode == 1
     assert no_stream.stdout.strip() == "unhealthy: no stream holds the store's lease"
+
+
+def test_dead_letters_are_listed_by_reason_and_replayed_once_after_a_fix(spark, kafka,
+                                                                          tmp_path):
+    """Operability 8: a value over store.max_value_bytes is dead-lettered; `ttl
+    dead-letters` lists it by reason; after the limit is raised, `replay` sends it back to
+    the input topic and the next run stores it; a second replay sends nothing."""
+    from tests.e2e.test_stream_job import produce, table_rows
+    from ttl.config import load
+    from ttl.record import InputRecord
+
+    conf_path = write_conf(tmp_path, kafka)
+    text = conf_path.read_text().replace("[kafka]", "max_value_bytes = 100\n"
+                                         "max_headers_bytes = 100\n[kafka]", 1)
+    conf_path.write_text(text)
+    conf = load(conf_path)
+    now = int(time.time() * 1000)
+    produce(kafka, conf_path, [InputRecord(b"big", b"x" * 200, now, (("h", b"1"),), 0, 0),
+                               InputRecord(None, b"v", now, (), 0, 1),
+                               InputRecord(b"ok", b"v", now, (), 0, 2)])
+    first = ttl("run", "--conf", str(conf_path), "--available-now")
+    assert first.returncode == 0, first.stderr[-3000:]
+    listed = ttl("dead-letters", "--conf", str(conf_path), timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["null_key", "value_too_large"], lines
+    assert "replayed 0); latest keys: b'big'" in lines[1]
+    conf_path.write_text(conf_path.read_text().replace("max_value_bytes = 100",
+                                                       "max_value_bytes = 1000"))  # the fix
+    replayed = ttl("dead-letters", "--conf", str(conf_path), "replay", "--reason",
+                   "value_too_large", timeout=60)
+    assert replayed.returncode == 0, replayed.stderr
+    assert replayed.stdout.startswith("replayed 1 of 1 dead letters to "), replayed.stdout
+    again = ttl("dead-letters", "--conf", str(conf_path), "replay", "--reason",
+                "value_too_large", timeout=60)
+    assert again.stdout.startswith("replayed 0 of 1 dead letters") and \
+        "(1 replayed before" in again.stdout, again.stdout
+    nulls = ttl("dead-letters", "--conf", str(conf_path), "replay", "--reason", "null_key",
+                timeout=60)
+    assert "1 without a key cannot be" in nulls.stdout, nulls.stdout
+    second = ttl("run", "--conf", str(conf_path), "--available-now")
+    assert second.returncode == 0, second.stderr[-3000:]
+    rows = table_rows(spark, conf.store.path)
+    assert rows[b"big"] == (b"x" * 200, now, (("h", b"1"),)) and b"ok" in rows
+    assert "replayed 1)" in ttl("dead-letters", "--conf", str(conf_path),
+                                timeout=60).stdout

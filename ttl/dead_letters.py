@@ -1,0 +1,153 @@
+"""The dead-letter table, operable: ``ttl dead-letters`` lists, ``... replay`` sends back.
+
+A record the store rejects lands in ``<store path>_dead_letters`` with its reason (README's
+bad-input table). After the cause is fixed (a producer's header, a limit in the profile),
+``replay`` produces the chosen records to the input topic again, as they came (key, value,
+headers, timestamp), so the stream applies them like any other input.
+
+Idempotent: each replayed record is recorded by its source position (input partition and
+offset, and when it was rejected) in ``<store path>_dead_letters_replayed``; a second replay
+skips it. The record is written there after the producer's delivery is confirmed, so a
+crash in between replays it once more: the store's own rules make that harmless (the same
+key, value and timestamp again change nothing).
+
+Reads and the small bookkeeping append use delta-rs (no Spark): this is an operator's
+command and should answer in about a second.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from ttl.config import Config
+from ttl.kafka import KafkaClients
+from ttl.names import sibling
+
+REPLAYED_SUFFIX = "_dead_letters_replayed"
+_REPLAYED_SCHEMA = pa.schema([("source_partition", pa.int32()), ("source_offset", pa.int64()),
+                              ("rejected_at", pa.int64()), ("replayed_at", pa.int64()),
+                              ("input_partition", pa.int32()), ("input_offset", pa.int64())])
+
+
+def _query(conf: Config, sql: str) -> pa.Table:
+    from deltalake import DeltaTable, QueryBuilder
+
+    builder = QueryBuilder().register("dead", DeltaTable(conf.store.dead_letters))
+    replayed = _replayed_path(conf)
+    if DeltaTable.is_deltatable(replayed):
+        builder.register("replayed", DeltaTable(replayed))
+    return pa.table(builder.execute(sql).read_all())
+
+
+def _replayed_path(conf: Config) -> str:
+    return sibling(conf.store.path, REPLAYED_SUFFIX)
+
+
+def summary(conf: Config, samples: int = 3) -> list[str]:
+    """One line per reason: how many, when first and last, replayed, sample keys."""
+    from deltalake import DeltaTable
+
+    has_replayed = DeltaTable.is_deltatable(_replayed_path(conf))
+    replayed = ("count(r.source_offset)" if has_replayed else "0")
+    join = ("LEFT JOIN replayed r ON d.source_partition = r.source_partition AND "
+            "d.source_offset = r.source_offset AND d.rejected_at = r.rejected_at"
+            if has_replayed else "")
+    rows = _query(conf, f"SELECT d.reason, count(*) AS n, min(d.rejected_at) AS first, "
+                        f"max(d.rejected_at) AS last, {replayed} AS replayed FROM dead d "
+                        f"{join} GROUP BY d.reason ORDER BY n DESC, d.reason").to_pylist()
+    if not rows:
+        return ["no dead letters"]
+    lines = []
+    for r in rows:
+        keys = _query(conf, f"SELECT key FROM dead WHERE reason = '{_sql_str(r['reason'])}' "
+                            f"ORDER BY rejected_at DESC LIMIT {int(samples)}")["key"].to_pylist()
+        shown = ", ".join("(null key)" if k is None else repr(bytes(k)) for k in keys)
+        lines.append(f"{r['reason']}: {r['n']} (rejected {r['first']}..{r['last']}, "
+                     f"replayed {r['replayed']}); latest keys: {shown}")
+    return lines
+
+
+def _sql_str(text: str) -> str:
+    return text.replace("'", "''")
+
+
+@dataclass
+class ReplayResult:
+    chosen: int = 0
+    replayed: int = 0
+    already: int = 0
+    not_replayable: int = 0  # no key: the input never accepts it
+
+    def line(self, topic: str) -> str:
+        return (f"replayed {self.replayed} of {self.chosen} dead letters to {topic} "
+                f"({self.already} replayed before, {self.not_replayable} without a key "
+                "cannot be)")
+
+
+def replay(conf: Config, kafka: KafkaClients, reason: str, *, key: bytes | None = None,
+           wall_ms: int | None = None) -> ReplayResult:
+    """Produce the dead letters of ``reason`` (and ``key``, if given) not replayed before
+    to the input topic; record each after its delivery."""
+    from deltalake import DeltaTable, write_deltalake
+
+    from ttl.clock import WallClock
+
+    now = WallClock().now_ms() if wall_ms is None else wall_ms
+    where = f"d.reason = '{_sql_str(reason)}'"
+    if key is not None:
+        where += f" AND d.key = X'{key.hex()}'"
+    rows = _query(conf, f"SELECT * FROM dead d WHERE {where} "
+                        "ORDER BY d.source_partition, d.source_offset").to_pylist()
+    result = ReplayResult(chosen=len(rows))
+    done: set[tuple] = set()
+    if DeltaTable.is_deltatable(_replayed_path(conf)):
+        done = {(r["source_partition"], r["source_offset"], r["rejected_at"])
+                for r in _query(conf, "SELECT * FROM replayed").to_pylist()}
+    producer = kafka.producer(**{"acks": "all", "enable.idempotence": True})
+    delivered: list[dict] = []
+    errors: list[str] = []
+
+    def on_delivery(row: dict):
+        def report(err, msg) -> None:
+            if err is not None:
+                errors.append(str(err))
+            else:
+                delivered.append({"source_partition": row["source_partition"],
+                                  "source_offset": row["source_offset"],
+                                  "rejected_at": row["rejected_at"], "replayed_at": now,
+                                  "input_partition": msg.partition(),
+                                  "input_offset": msg.offset()})
+        return report
+
+    topic = conf.kafka.input_topic
+    for row in rows:
+        if (row["source_partition"], row["source_offset"], row["rejected_at"]) in done:
+            result.already += 1
+            continue
+        if row["key"] is None:
+            result.not_replayable += 1
+            continue
+        headers = [(h["key"], None if h["value"] is None else bytes(h["value"]))
+                   for h in row["headers"] or ()]
+        ts = row["timestamp"]
+        producer.produce(topic, key=bytes(row["key"]),
+                         value=None if row["value"] is None else bytes(row["value"]),
+                         headers=headers, timestamp=ts if ts is not None and ts > 0 else 0,
+                         on_delivery=on_delivery(row))
+        producer.poll(0)
+    producer.flush(60)
+    producer.close()
+    if delivered:
+        write_deltalake(_replayed_path(conf), pa.Table.from_pylist(delivered,
+                                                                   _REPLAYED_SCHEMA),
+                        mode="append")
+    result.replayed = len(delivered)
+    if errors:
+        from ttl.errors import ReplayIncomplete
+
+        raise ReplayIncomplete(f"{len(errors)} dead letters could not be produced to {topic} "
+                               f"(the first: {errors[0]}); {len(delivered)} were, and are "
+                               "recorded")
+    return result
