@@ -21,7 +21,9 @@ def free_port() -> int:
 
 def die_with_parent() -> None:
     """``preexec_fn`` of a child: ask the kernel to SIGKILL it when the parent dies, so a
-    ``kill -9`` of the Python process leaves no JVM behind."""
+    ``kill -9`` of the Python process leaves no JVM behind. "The parent" is the *thread*
+    that started the child: start long-lived children from a thread that outlives them
+    (the main thread), or they die when it ends."""
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
