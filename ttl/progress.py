@@ -1,17 +1,22 @@
-"""Progress of a long Spark action, for jobs whose one action can run for many minutes.
+"""Progress of long work: Spark actions that run for minutes, and bars for people.
 
 A restore of a large changelog is a single bounded read: without this the operator sees
 nothing between "reading" and "writing". Spark's status tracker knows how many tasks of
 the action's stages have finished; with the input split into many tasks, that fraction of
 the known total (the offsets to read) is a fair running count.
+
+``bar`` draws that (and other counts: a catch-up's offsets, an upgrade's steps) as a tqdm
+progress bar, only when stderr is a terminal; logs and pipes get the log lines alone.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import uuid
 from collections.abc import Callable
+from typing import IO
 
 log = logging.getLogger(__name__)
 
@@ -63,3 +68,29 @@ class SparkProgress:
                 self.report(self.fraction())
             except Exception:  # noqa: BLE001 - progress must never fail the job
                 log.debug("progress poll failed", exc_info=True)
+
+
+def bar(total: int, desc: str, unit: str = "records", file: IO[str] | None = None):
+    """A tqdm bar on ``file`` (default stderr), drawn only when it is a terminal (a disabled
+    bar accepts the same calls and draws nothing)."""
+    import shutil
+
+    from tqdm import tqdm
+
+    out = file or sys.stderr
+    width = shutil.get_terminal_size((100, 24)).columns or 100
+    return tqdm(total=total, desc=desc, unit=unit, file=out, ncols=width,
+                disable=not _is_terminal(out), leave=True)
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def move_to(progress_bar, done: float) -> None:
+    """Set a bar to ``done`` (counts only go forward)."""
+    if done > progress_bar.n:
+        progress_bar.update(done - progress_bar.n)

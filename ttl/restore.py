@@ -45,7 +45,7 @@ from ttl.names import (
     OP_RESTORE,
     progress_topic,
 )
-from ttl.progress import SparkProgress
+from ttl.progress import SparkProgress, bar, move_to
 from ttl.store import layout
 from ttl.timestamps import expiry_column
 
@@ -86,6 +86,7 @@ class RestoreResult:
     seconds: float = 0.0
     swept: int = 0
     warnings: list[str] = field(default_factory=list)
+    bar: object | None = field(default=None, repr=False)  # the terminal's progress bar
     changelog_floor: int | None = None  # the highest version the changelog holds
     changelog_version: int | None = None  # the restore's version on the changelog
 
@@ -99,6 +100,8 @@ class RestoreResult:
         """Progress while reading: records read (estimated from finished tasks) of total."""
         log.info("restore of %s: reading, ~%d of %d records (%.0f%%)", self.target,
                  round(fraction * self.records_total), self.records_total, 100 * fraction)
+        if self.bar is not None:
+            move_to(self.bar, round(fraction * self.records_total))
 
     @property
     def rate(self) -> float:
@@ -309,8 +312,9 @@ def restore(spark, conf: Config, kafka: KafkaClients, target: str, *,
         # the records) is kept for the figures and the write. A point-in-time restore
         # sees nothing after its version.
         keyed = per_key(converted, until_version).persist()
+        result.bar = bar(result.records_total, f"restore {name}: reading")
         try:
-            with SparkProgress(spark, result.report_reading):
+            with result.bar, SparkProgress(spark, result.report_reading):
                 stats = keyed.agg(F.coalesce(F.sum("n"), F.lit(0)).alias("n"),
                                   F.max("v").alias("v"), F.max("st").alias("st"),
                                   F.min("beyond").alias("beyond"),

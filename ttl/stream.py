@@ -45,6 +45,7 @@ from ttl.names import (
     query_name,
 )
 from ttl.phases import BatchPhases
+from ttl.progress import bar, move_to
 
 log = logging.getLogger(__name__)
 batch_log = logging.getLogger(BATCH_LOGGER)
@@ -117,6 +118,8 @@ class StreamJob:
         self.last_batch: tuple[str, int] | None = None
         self.batch_error: BaseException | None = None  # an engine error raised in a batch
         self._last_stream_sweep: int | None = None
+        self._catch_up_bar = None  # an --available-now run's progress bar (terminal only)
+        self._catch_up_from = 0
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -142,6 +145,8 @@ class StreamJob:
                 self.end_offsets = {p: high for p, (_, high) in self.input_marks.items()}
             self.position = self._recorded_position()
             skipped = self._lost_input(available_now)
+            if available_now:
+                self._catch_up_bar = self._start_catch_up_bar()
             self.query = self._start_query(available_now, fail_on_data_loss=not skipped)
             self.query_started.set()
             log.info("stream %s started (query %s, checkpoint %s)", self.conf.store.name,
@@ -182,6 +187,8 @@ class StreamJob:
             ("close the changelog producer", self.publisher.close),
             ("release the lease", self.lease.release),
             ("stop the metrics endpoint", self._close_metrics),
+            ("close the progress bar", lambda: self._catch_up_bar is not None
+             and self._catch_up_bar.close()),
         ]
         first: BaseException | None = None
         for what, step in steps:
@@ -433,7 +440,19 @@ class StreamJob:
         if not self.end_offsets:
             return None
         done = sum(min(offsets.get(str(p), 0), end) for p, end in self.end_offsets.items())
+        if self._catch_up_bar is not None:
+            move_to(self._catch_up_bar, done - self._catch_up_from)
         return f"{done}/{sum(self.end_offsets.values())}"
+
+    def _start_catch_up_bar(self):
+        """A bar over the offsets an --available-now run has to read (from where each
+        partition resumes to the end captured at start)."""
+        resume = self._checkpoint_position() or {}
+        start = {p: max(low, resume.get(str(p), self.position.get(str(p), low)))
+                 for p, (low, _) in self.input_marks.items()}
+        self._catch_up_from = sum(min(start[p], end) for p, end in self.end_offsets.items())
+        total = sum(self.end_offsets.values()) - self._catch_up_from
+        return bar(total, f"catch-up {self.conf.kafka.input_topic}", unit="offsets")
 
     def _stream_sweep(self) -> tuple[dict, bool]:
         """A stream-time sweep when stream time moved ``eviction.stream_interval``; returns

@@ -51,31 +51,42 @@ def detect(spark, path: str) -> int:
 
 def upgrade_in_place(spark, conf: Config, *, clock: Clock | None = None) -> str:
     """Steps 1-4 of the module docstring; each is idempotent, so a rerun resumes."""
-    from delta.tables import DeltaTable
-    from pyspark.sql import functions as F
+
+    from ttl.progress import bar
 
     path, ttl = conf.store.path, conf.store.ttl
     if detect(spark, path) == 3:
         return f"{path} is already format v3"
-    now = (clock or WallClock()).now_ms()
+    with bar(4, f"upgrade {conf.store.name}", unit="steps") as steps:
+        return _upgrade_steps(spark, conf, path, ttl, (clock or WallClock()).now_ms(), steps)
+
+
+def _upgrade_steps(spark, conf: Config, path: str, ttl: int | None, now: int, steps) -> str:
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
     props = delta_log.properties(spark, path)
     if PROP_FROM_VERSION not in props:
         version = delta_log.latest_version(spark, path)
         layout.set_properties(spark, path, {PROP_FROM_VERSION: str(version)})
+    steps.update(1)
     existing = set(spark.read.format("delta").load(path).columns)
     missing = [f"{c} {t}" for c, t in V3_COLUMNS.items() if c not in existing]
     if missing:
         spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({', '.join(missing)})")
     layout.set_properties(spark, path, {"delta.enableChangeDataFeed": "true"})
+    steps.update(1)
     ts = (F.when(F.col("ts").isNull() | (F.col("ts") == F.lit(NO_TIMESTAMP)), F.lit(now))
           .otherwise(F.col("ts")).cast("bigint"))
     DeltaTable.forPath(spark, path).update("key_hash IS NULL", {
         "headers": F.coalesce(F.col("headers"), F.array().cast(layout.HEADERS_TYPE)),
         "expires_at": expiry_column(ts, F.lit(ttl).cast("bigint")),
         "ts": ts, "key_hash": F.xxhash64("key"), "updated_at": F.lit(now).cast("bigint")})
+    steps.update(1)
     marks = layout.store_properties(conf.store.name, ttl)
     marks.pop("delta.enableDeletionVectors")  # turning DVs on needs a protocol upgrade
     layout.set_properties(spark, path, marks)
+    steps.update(1)
     return f"{path} upgraded in place to format v3 (missing timestamps backfilled with {now})"
 
 

@@ -1,0 +1,24 @@
+"""Progress bars are drawn on a terminal only (operability: issue 15, item 5)."""
+
+from __future__ import annotations
+
+import io
+import os
+
+
+def test_a_bar_draws_on_a_terminal_and_stays_silent_on_a_pipe():
+    from ttl.progress import bar, move_to
+
+    master, slave = os.openpty()
+    with os.fdopen(slave, "w") as terminal:
+        with bar(200, "restore x: reading", file=terminal) as shown:
+            move_to(shown, 150)
+            move_to(shown, 100)  # never backwards
+            assert shown.n == 150
+        drawn = os.read(master, 65536).decode()
+    os.close(master)
+    assert "restore x: reading" in drawn and "150/200" in drawn
+    piped = io.StringIO()
+    with bar(200, "restore x: reading", file=piped) as silent:
+        move_to(silent, 200)
+    assert piped.getvalue() == ""
