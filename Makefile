@@ -14,6 +14,7 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 	@command -v kcat >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
+	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 	$(VENV)/bin/ttl setup
 
 run: setup

@@ -186,6 +186,23 @@ def status(conf_path: Path, as_json: bool) -> None:
 
 @main.command()
 @CONF
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True,
+              help="Write index.html (charts and their data) into this directory.")
+def report(conf_path: Path, out_dir: Path) -> None:
+    """An HTML page of charts: entries by time to expiry, eviction lateness, recent
+    commits, drill history (read without Spark)."""
+    from ttl import report as report_mod
+
+    app = _app(conf_path)
+    if app.kafka_reachable:
+        app.check_kafka()
+    page = report_mod.write(app.conf, out_dir, kafka=app.kafka if app.kafka_reachable
+                            else None)
+    click.echo(f"report: {page}")
+
+
+@main.command()
+@CONF
 @click.option("--require-stream", is_flag=True,
               help="Unhealthy also when no stream holds the store's lease.")
 def health(conf_path: Path, require_stream: bool) -> None:

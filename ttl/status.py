@@ -43,13 +43,14 @@ def _table(path: str):
     return DeltaTable(path)
 
 
-def _sql(tables: dict[str, object], query: str) -> pa.Table:
+def query(tables: dict[str, object], sql: str) -> pa.Table:
+    """``sql`` over delta-rs tables (by name), with deletion vectors applied."""
     from deltalake import QueryBuilder
 
     builder = QueryBuilder()
     for name, table in tables.items():
         builder.register(name, table)
-    return pa.table(builder.execute(query).read_all())
+    return pa.table(builder.execute(sql).read_all())
 
 
 def _live(now: int) -> str:
@@ -123,10 +124,10 @@ def status(conf: Config, kafka=None, *, wall_ms: int | None = None) -> dict[str,
     stream_time = view.stream_time(progress[1] if progress else None)
     now = batch_clock(conf.eviction.clock, wall, stream_time)
     store = _table(conf.store.path)
-    counts = _sql({"store": store}, "SELECT count(*) AS total, "
+    counts = query({"store": store}, "SELECT count(*) AS total, "
                   f"coalesce(sum(CASE WHEN {_live(now)} THEN 1 ELSE 0 END), 0) AS live "
                   "FROM store").to_pylist()[0]
-    dead = _sql({"dead": _table(conf.store.dead_letters)},
+    dead = query({"dead": _table(conf.store.dead_letters)},
                 "SELECT count(*) AS n FROM dead").to_pylist()[0]["n"]
     out: dict[str, object] = {
         "store": conf.store.name, "table": conf.store.path, "table version": view.version,
@@ -164,8 +165,8 @@ def lease(conf: Config, wall_ms: int) -> str:
 
 def get(conf: Config, key: bytes, *, wall_ms: int | None = None) -> dict | None:
     """The live entry of ``key`` (value, ts, headers, expires_at), or ``None``."""
-    now = _now(conf, wall_ms)
-    rows = _sql({"store": _table(conf.store.path)},
+    now = store_now(conf, wall_ms)
+    rows = query({"store": _table(conf.store.path)},
                 "SELECT value, ts, headers, expires_at FROM store "
                 f"WHERE key = X'{key.hex()}' AND {_live(now)}").to_pylist()
     return _entry(rows[0]) if rows else None
@@ -173,14 +174,14 @@ def get(conf: Config, key: bytes, *, wall_ms: int | None = None) -> dict | None:
 
 def scan(conf: Config, limit: int, *, wall_ms: int | None = None) -> list[tuple[bytes, dict]]:
     """Up to ``limit`` live entries in key order."""
-    now = _now(conf, wall_ms)
-    rows = _sql({"store": _table(conf.store.path)},
+    now = store_now(conf, wall_ms)
+    rows = query({"store": _table(conf.store.path)},
                 f"SELECT key, value, ts, headers, expires_at FROM store WHERE {_live(now)} "
                 f"ORDER BY key LIMIT {int(limit)}").to_pylist()
     return [(bytes(r["key"]), _entry(r)) for r in rows]
 
 
-def _now(conf: Config, wall_ms: int | None) -> int:
+def store_now(conf: Config, wall_ms: int | None) -> int:
     wall = WallClock().now_ms() if wall_ms is None else wall_ms
     if conf.eviction.clock == "wall":
         return wall

@@ -243,3 +243,71 @@ def test_dead_letters_are_listed_by_reason_and_replayed_once_after_a_fix(spark, 
     assert rows[b"big"] == (b"x" * 200, now, (("h", b"1"),)) and b"ok" in rows
     assert "replayed 1)" in ttl("dead-letters", "--conf", str(conf_path),
                                 timeout=60).stdout
+
+
+def test_the_report_renders_in_a_real_browser_from_the_tables_numbers(spark, kafka, tmp_path):
+    """Operability 6: `ttl report` writes a page whose charts a real headless Chromium
+    draws; the bars' labels in the rendered DOM are the table's own numbers (live entries
+    by time to expiry, counted here from the table with Spark at the report's clock; the
+    sweep's lateness), and a screenshot is taken."""
+    import json
+    import re
+    import shutil
+    import subprocess
+
+    from pyspark.sql import functions as F
+
+    from ttl import eviction
+    from ttl.app import App
+    from ttl.config import load
+    from ttl.record import InputRecord
+    from ttl.report import EXPIRY_BUCKETS, _bucket
+
+    chromium = shutil.which("chromium")
+    assert chromium, "chromium (Debian package) is missing: `make setup` installs it"
+    conf_path = write_conf(tmp_path, kafka)
+    conf_path.write_text(conf_path.read_text().replace('ttl = "1d"', 'ttl = "1h"'))
+    conf = load(conf_path)
+    store = App(conf, spark=spark).store()
+    now = int(time.time() * 1000)
+    minute = 60_000
+    store.apply_records([
+        InputRecord(b"in-5-min", b"v", now - 55 * minute, (), 0, 0),
+        InputRecord(b"in-30-min", b"v", now - 30 * minute, (), 0, 1),
+        InputRecord(b"in-40-min", b"v", now - 20 * minute, (), 0, 2),
+        InputRecord(b"in-2-h", b"v", now, (("ttl.ttl", b"7200000"),), 0, 3),
+        InputRecord(b"in-3-d", b"v", now, (("ttl.ttl", b"259200000"),), 0, 4),
+        InputRecord(b"swept", b"v", now - 60 * minute + 2_000, (), 0, 5),
+    ])
+    assert eviction.sweep(store, "wall", now + 5_000).evicted == 1  # 3 s late
+    out = tmp_path / "report"
+    made = ttl("report", "--conf", str(conf_path), "--out", str(out), timeout=120)
+    assert made.returncode == 0, made.stderr[-3000:]
+    page = out / "index.html"
+    shot = out / "report.png"
+    browser = [chromium, "--headless=new", "--no-sandbox", "--disable-gpu",
+               "--hide-scrollbars", "--window-size=1100,2400"]
+    dom = subprocess.run([*browser, "--dump-dom", page.as_uri()], capture_output=True,
+                         text=True, timeout=120)
+    assert dom.returncode == 0 and "<svg" in dom.stdout, dom.stderr[-2000:]
+    subprocess.run([*browser, f"--screenshot={shot}", page.as_uri()], capture_output=True,
+                   timeout=120, check=True)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+
+    def labels(chart: str) -> list[int]:
+        found = re.findall(rf'<g id="{chart}-labels">\s*<text[^>]*>([^<]*)</text>',
+                           dom.stdout)
+        return [int(x) for x in found]
+
+    data = json.loads(re.search(r'<script type="application/json" id="ttl-report-data">'
+                                r"(.*?)</script>", dom.stdout, re.S).group(1))
+    at = data["generated_at"]
+    expected = {label: 0 for label, _ in EXPIRY_BUCKETS}
+    for row in spark.read.format("delta").load(conf.store.path).where(
+            F.col("expires_at") > at).collect():
+        expected[_bucket(row.expires_at - at, EXPIRY_BUCKETS)] += 1
+    assert labels("expiry") == [*expected.values(), 0]               # + "never"
+    assert expected == {"< 1 min": 0, "1-10 min": 1, "10 min-1 h": 2, "1 h-1 d": 1,
+                        "> 1 d": 1}
+    assert labels("lateness-wall") == [0, 1, 0, 0, 0]                # the sweep: 3 s late
+    print(f"report screenshot: {shot}")
