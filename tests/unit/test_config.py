@@ -95,7 +95,7 @@ def test_vacuum_refuses_a_retention_shorter_than_publisher_lag_plus_drill_window
     from ttl.eviction import vacuum
 
     with pytest.raises(ConfigError, match=r"maintenance\.vacuum_retention"):
-        vacuum(None, retention_ms=3_600_000, minimum_ms=2 * 3_600_000)
+        vacuum(None, retention_ms=3_600_000, minimum_ms=2 * 3_600_000, published=0)
 
 
 SASL = {**MINIMAL, "kafka": {**MINIMAL["kafka"], "bootstrap_servers": "b1:9096",
