@@ -12,12 +12,30 @@ import click
 from ttl.errors import TtlError
 
 
-def _logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+class _JsonLines(logging.Formatter):
+    """One JSON object per log line (``--log-format json``), for log shippers."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        import json
+
+        doc = {"ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
+               "level": record.levelname, "logger": record.name,
+               "message": record.getMessage()}
+        if record.exc_info:
+            doc["exception"] = self.formatException(record.exc_info)
+        return json.dumps(doc, ensure_ascii=False)
+
+
+def _logging(verbose: bool, log_format: str = "text") -> None:
+    import time as time_mod
+
+    handler = logging.StreamHandler(sys.stderr)
+    if log_format == "json":
+        handler.setFormatter(_JsonLines())
+        handler.formatter.converter = time_mod.gmtime
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
     logging.getLogger("py4j").setLevel(logging.WARNING)
     # A sweep still running when its next tick comes is skipped on purpose (max_instances
     # = 1, coalesced): APScheduler warns about it every time.
@@ -27,9 +45,11 @@ def _logging(verbose: bool) -> None:
 @click.group()
 @click.version_option(package_name="ttl", prog_name="ttl")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
-def main(verbose: bool) -> None:
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="json: one JSON object per log line (for shippers).")
+def main(verbose: bool, log_format: str) -> None:
     """ttl: TTL eviction for keyed state on Delta Lake, with a Kafka changelog."""
-    _logging(verbose)
+    _logging(verbose, log_format)
 
 
 @main.command()

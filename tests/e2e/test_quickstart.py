@@ -36,3 +36,9 @@ def test_embedded_demo_runs_the_stream_and_prints_a_summary_that_adds_up(tmp_pat
     assert fields["changelog_records"] > 0
     assert fields["rejected"] > 0  # the sample carries a few invalid records (dead letters)
     assert (tmp_path / "kafka").is_dir()  # the embedded broker kept its data beside the store
+    # Operability 3: the tool's own lines, and at most a handful of others (the JVM's
+    # "incubator modules" notice; no Spark WARN noise, no client errors after the stop).
+    ours = re.compile(r"^\d{4}-\d\d-\d\d [\d:,]+ (INFO|WARNING|ERROR) (ttl|__main__)|^summary: ")
+    others = [line for line in (proc.stdout + proc.stderr).splitlines()
+              if line.strip() and not ours.match(line)]
+    assert len(others) <= 3, others
