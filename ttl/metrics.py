@@ -14,8 +14,11 @@ Every metric carries the ``store`` label. Names follow Prometheus conventions
 from __future__ import annotations
 
 import logging
+import threading
+import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
 
 log = logging.getLogger(__name__)
 
@@ -25,10 +28,71 @@ BATCH_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
 LATENESS_BUCKETS = (0.1, 1, 5, 10, 30, 60, 300, 900, 3600, 86400)
 
 
+class TableFigures:
+    """Figures read from the tables when scraped (delta-rs, no Spark), at most every
+    ``every_s``: entries expired but not yet swept (at the store's clock), and the last
+    restore drill's result and time (the drill-history table, written by whichever process
+    runs drills). A failed read leaves the figure out of that scrape."""
+
+    def __init__(self, conf, every_s: float = 30.0) -> None:
+        self.conf = conf
+        self.every_s = every_s
+        self._lock = threading.Lock()
+        self._at = 0.0
+        self._values: dict[str, float] = {}
+
+    def _read(self) -> dict[str, float]:
+        from deltalake import DeltaTable
+
+        from ttl import status
+        from ttl.names import DRILLS_SUFFIX, sibling
+
+        values: dict[str, float] = {}
+        try:
+            now = status.store_now(self.conf, None)
+            row = status.query({"store": DeltaTable(self.conf.store.path)},
+                               "SELECT count(*) AS n FROM store WHERE expires_at IS NOT NULL "
+                               f"AND expires_at <= {int(now)}").to_pylist()[0]
+            values["expired"] = row["n"]
+        except Exception:  # noqa: BLE001 - a scrape never fails the job
+            log.debug("expired-not-swept read failed", exc_info=True)
+        drills = sibling(self.conf.store.path, DRILLS_SUFFIX)
+        try:
+            if DeltaTable.is_deltatable(drills):
+                rows = status.query({"d": DeltaTable(drills)},
+                                    "SELECT match, started_at FROM d ORDER BY started_at "
+                                    "DESC LIMIT 1").to_pylist()
+                if rows:
+                    values["drill_match"] = 1.0 if rows[0]["match"] else 0.0
+                    values["drill_at"] = rows[0]["started_at"] / 1000
+        except Exception:  # noqa: BLE001
+            log.debug("drill history read failed", exc_info=True)
+        return values
+
+    def collect(self):
+        with self._lock:
+            if time.monotonic() - self._at >= self.every_s:
+                self._values = self._read()
+                self._at = time.monotonic()
+            values = dict(self._values)
+        store = self.conf.store.name
+        for key, name, doc in (
+                ("expired", "ttl_expired_not_swept", "Entries past their expiry that no "
+                 "sweep has removed yet (read at most every 30 s)"),
+                ("drill_match", "ttl_last_drill_match", "1 if the last restore drill "
+                 "matched the table, 0 if not"),
+                ("drill_at", "ttl_last_drill_timestamp_seconds", "When the last restore "
+                 "drill started (epoch seconds)")):
+            if key in values:
+                family = GaugeMetricFamily(name, doc, labels=["store"])
+                family.add_metric([store], values[key])
+                yield family
+
+
 class Metrics:
     """One store's metrics; ``serve`` starts the HTTP endpoint."""
 
-    def __init__(self, store: str) -> None:
+    def __init__(self, store: str, conf=None) -> None:
         self.store = store
         self.registry = CollectorRegistry()
         r, s = self.registry, ["store"]
@@ -58,6 +122,8 @@ class Metrics:
         self.lease_held = Gauge("ttl_lease_held", "1 while this driver holds the store's "
                                 "lease", s, registry=r)
         self._server = None
+        if conf is not None:  # figures read from the tables when scraped
+            self.registry.register(TableFigures(conf))
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         """Serve ``/metrics`` on ``port`` (a daemon thread; ``close`` stops it)."""

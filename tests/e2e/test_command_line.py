@@ -155,6 +155,7 @@ def test_the_metrics_endpoint_is_scraped_during_a_real_run(kafka, tmp_path):
     assert got[("ttl_stream_time_ms", ())] == now
     assert got[("ttl_lease_held", ())] == 1
     assert got[("ttl_changelog_lag_versions", ())] == 0
+    assert got[("ttl_expired_not_swept", ())] == 0                   # read from the table
 
 
 def test_status_get_scan_and_health_read_the_store_without_spark(spark, kafka, tmp_path):

@@ -82,3 +82,24 @@ def test_the_engines_own_tables_declare_no_deletion_vectors(spark, tmp_path):
     assert DeltaTable(store.dead_letter_path).to_pyarrow_table(
         columns=["reason"])["reason"].to_pylist() == ["null_key"]
     assert DeltaTable(lease.path).to_pyarrow_table()["owner"].to_pylist() == [lease.owner]
+
+
+def test_scraped_table_figures_count_expired_entries_and_report_the_last_drill(spark,
+                                                                               tmp_path):
+    """The metrics read from the tables at scrape time (delta-rs): entries expired but not
+    swept at the store's clock, and the last drill's result from the drill history."""
+    from ttl.config import from_dict
+    from ttl.drill import DrillReport, _record_drill
+    from ttl.metrics import TableFigures
+
+    conf = from_dict({"store": {"name": "interop", "path": str(tmp_path / "store"),
+                                "ttl": "1s"},
+                      "kafka": {"input_topic": "x", "changelog_topic": "y"},
+                      "stream": {"checkpoint": str(tmp_path / "ckpt")}})
+    store = DeltaStore(spark, conf.store, wall_clock=FixedClock(NOW))
+    store.apply_records(recs((b"a", b"v", NOW), (b"b", b"v", NOW)))  # long expired by now
+    _record_drill(spark, conf, DrillReport("interop", 1, "y", NOW - 5_000))
+    _record_drill(spark, conf, DrillReport("interop", 2, "y", NOW, missing=1))
+    figures = {f.name: f.samples[0].value for f in TableFigures(conf).collect()}
+    assert figures == {"ttl_expired_not_swept": 2, "ttl_last_drill_match": 0.0,
+                       "ttl_last_drill_timestamp_seconds": NOW / 1000}
