@@ -287,7 +287,7 @@ def evict(app: App, clock: str, now_ms: int | None, dry_run: bool,
     with app.claimed(not dry_run) as skipped:
         if skipped is not None:
             return skipped
-        result = eviction.sweep(store, clock, now_ms, dry_run=dry_run)  # type: ignore[arg-type]
+        result = _sweep_with_a_bar(store, clock, now_ms, dry_run)
         lines = [result.summary()]
         if result.sample_keys:
             lines.append(f"sample keys: "
@@ -295,6 +295,16 @@ def evict(app: App, clock: str, now_ms: int | None, dry_run: bool,
         if not dry_run and not result.skipped:
             lines.append(app.publish_now())
         return "\n".join(lines)
+
+
+def _sweep_with_a_bar(store, clock: str, now_ms: int | None, dry_run: bool):
+    """A standalone sweep, with a bar over its Spark tasks on a terminal (a big table's
+    DELETE can take minutes)."""
+    from ttl.progress import SparkProgress, bar, move_to
+
+    with bar(100, f"{clock} sweep of {store.conf.name}", unit="%") as shown, \
+            SparkProgress(store.spark, lambda f: move_to(shown, round(100 * f)), every_s=1.0):
+        return eviction.sweep(store, clock, now_ms, dry_run=dry_run)  # type: ignore[arg-type]
 
 
 def alter(app: App, new_ttl: str, dry_run: bool) -> str:
