@@ -24,7 +24,7 @@ from ttl.config import Config, parse_duration_ms
 from ttl.errors import ConfigError
 from ttl.kafka import KafkaClients
 from ttl.lease import Lease
-from ttl.names import EMBEDDED
+from ttl.names import EMBEDDED, PROP_RESEED_REQUIRED
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,8 @@ class App:
             published = self._changelog_stream_time() if self.kafka_reachable else None
             store = DeltaStore(self.spark, self.conf.store, clock=self.conf.eviction.clock,
                                wall_clock=self.wall_clock, check_ttl=check_ttl)
-            store.stream_time.advance(published)
+            if store.properties.get(PROP_RESEED_REQUIRED) != "true":  # else: another timeline
+                store.stream_time.advance(published)
             self._stores[check_ttl] = store
         return self._stores[check_ttl]
 

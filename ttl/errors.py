@@ -79,6 +79,16 @@ class VacuumRefused(TtlError):
               "the next scheduled VACUUM runs once the lag is below the retention.")
 
 
+class ReseedRequired(TtlError):
+    """The table was restored from a point in time or another topic: its changes cannot
+    continue the store's changelog one by one (the changelog still holds what the restore
+    rolled back)."""
+
+    action = ("run `ttl publish --reseed --conf PROFILE` once while no stream runs: it "
+              "publishes the table's state (with tombstones for keys the changelog has and "
+              "the table lacks); then start the stream.")
+
+
 class ProgressUnreadable(TtlError):
     """The changelog's progress topic could not be read to its end in time. Guessing would
     restart publication from version 0 (or lose the input position), so nothing goes on."""

@@ -35,6 +35,10 @@ PROP_INPUT_SKIPPED = "ttl.input_skipped"  # the last lost input ranges skipped (
 # The changelog's ttl.version of a Delta version is the version plus this (absent: 0). A
 # restore into a new table sets it, so versions on the changelog never go back.
 PROP_VERSION_OFFSET = "ttl.changelog.version_offset"
+# A table restored from a point in time or another topic: its changes cannot be published
+# onto the store's changelog one by one until ``ttl publish --reseed`` has published its
+# whole state (tombstones for what the changelog has and it lacks included).
+PROP_RESEED_REQUIRED = "ttl.changelog.reseed_required"
 
 # -- commit metadata ops (``userMetadata.op`` of the engine's commits) -----------------------
 

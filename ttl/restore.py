@@ -88,6 +88,9 @@ class RestoreResult:
     warnings: list[str] = field(default_factory=list)
     bar: object | None = field(default=None, repr=False)  # the terminal's progress bar
     changelog_floor: int | None = None  # the highest version the changelog holds
+    # Not the store's whole changelog (a point in time, another topic): the store's
+    # changelog cannot be continued from this table without a re-seed.
+    partial: bool = False
     changelog_version: int | None = None  # the restore's version on the changelog
 
     def move(self, new: State) -> None:
@@ -298,10 +301,17 @@ def restore(spark, conf: Config, kafka: KafkaClients, target: str, *,
                 raise RestoreError("; ".join(problems))
             result.topic_settings = dict(state.settings)
         progress = None
-        if converter == "engine" and until_version is None and until_offsets is None:
+        whole = converter == "engine" and until_version is None and until_offsets is None
+        if whole:
             # Read before the end offsets are captured: every version up to the progress's is
             # then inside the read (its records commit in the progress's transaction).
             progress = _progress(kafka, name)
+        # The store's own changelog, whatever the source: the restored table's versions
+        # must continue after everything published there (a trailing no-op batch or an
+        # OPTIMIZE moves the progress past the last record's ttl.version).
+        own = progress if name == conf.kafka.changelog_topic and progress is not None else \
+            published_progress(kafka, progress_topic(conf.kafka.changelog_topic))
+        result.partial = not whole or name != conf.kafka.changelog_topic
         marks = watermarks(kafka, name)
         result.end_offsets = bounded_ends(marks, until_offsets)
         result.records_total = sum(max(0, end - marks[p][0])
@@ -332,7 +342,8 @@ def restore(spark, conf: Config, kafka: KafkaClients, target: str, *,
                 _resume_from(progress, result)
             # The highest version the changelog is known to hold: the restored table's
             # versions continue after it there (its version offset).
-            result.changelog_floor = max((v for v in (stats.v_all, progress and progress.version)
+            own_records = stats.v_all if name == conf.kafka.changelog_topic else None
+            result.changelog_floor = max((v for v in (own_records, own and own.version)
                                           if v is not None), default=None)
             result.move(State.WRITING)
             try:
@@ -454,7 +465,14 @@ def _write(spark, conf: Config, target: str, latest, result: RestoreResult,
     now = WallClock().now_ms() if wall_ms is None else wall_ms
     props = layout.ensure_store_table(spark, target, conf.store.name, conf.store.ttl,
                                       deletion_vectors=conf.store.deletion_vectors)
-    offset = _continue_versions(spark, target, props, result.changelog_floor)
+    from ttl.names import PROP_RESEED_REQUIRED
+
+    # Publishing a partial restore as the store's changelog needs the snapshot first (a
+    # whole restore over such a table lifts the mark).
+    marks = ({PROP_RESEED_REQUIRED: "true"} if result.partial else
+             {PROP_RESEED_REQUIRED: "false"} if props.get(PROP_RESEED_REQUIRED) == "true"
+             else {})
+    offset = _continue_versions(spark, target, props, result.changelog_floor, marks)
     rows = latest.select(
         F.col("key"), F.col("value"), F.col("ts"), F.col("headers"),
         _expiry(conf.store.ttl).alias("expires_at"), F.lit(now).cast("bigint").alias(
@@ -471,23 +489,25 @@ def _write(spark, conf: Config, target: str, latest, result: RestoreResult,
     result.keys_restored = written.metric("numOutputRows")  # no second pass over the rows
 
 
-def _continue_versions(spark, target: str, props: dict[str, str],
-                       floor: int | None) -> int:
-    """The target's version offset, raised (a metadata commit before the overwrite) when its
-    next version would not come after ``floor`` on the changelog: a restore into a new
-    table starts again at version 1, and the changelog's versions must not go back (drills
-    and point-in-time restores select by them). Returns the offset."""
+def _continue_versions(spark, target: str, props: dict[str, str], floor: int | None,
+                       marks: dict[str, str]) -> int:
+    """The target's version offset, raised when its next version would not come after
+    ``floor`` on the changelog (a restore into a new table starts again at version 1, and
+    the changelog's versions must not go back: drills and point-in-time restores select by
+    them). The offset and ``marks`` are set in one metadata commit before the overwrite.
+    Returns the offset."""
     from ttl.changelog.format import version_offset
     from ttl.names import PROP_VERSION_OFFSET
 
     offset = version_offset(props)
-    if floor is None:
-        return offset
-    after_set = delta_log.latest_version(spark, target) + 2  # the overwrite, after the set
-    if after_set - 1 + offset > floor:
-        return offset
-    offset = floor + 1 - after_set
-    layout.set_properties(spark, target, {PROP_VERSION_OFFSET: str(offset)})
+    latest = delta_log.latest_version(spark, target)
+    overwrite = latest + 1 if not marks else latest + 2  # after the metadata commit, if any
+    if floor is not None and overwrite + offset <= floor:
+        overwrite = latest + 2
+        offset = floor + 1 - overwrite
+        marks = {**marks, PROP_VERSION_OFFSET: str(offset)}
+    if marks:
+        layout.set_properties(spark, target, marks)
     return offset
 
 

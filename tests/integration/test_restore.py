@@ -480,3 +480,46 @@ def test_versions_on_the_changelog_never_go_back_after_a_restore_into_a_new_tabl
     report = drill.run(spark, conf, clients(conf, kafka), wall_ms=NOW)
     assert report.match, report.summary()
     assert report.keys == 4                                         # k1=w, k2, k3, k9
+
+
+def test_a_point_in_time_restore_adopted_as_the_store_is_reseeded_before_it_publishes(
+        spark, kafka, tmp_path):
+    """Reliability 4/5 (review): a point-in-time restore into --target, then store.path
+    moved there. The changelog still holds what the restore rolled back (k1's later value,
+    k2 created after the point, a trailing no-op batch's version): publishing the new table
+    one version at a time would not rebuild it. The publisher refuses (ReseedRequired)
+    until `ttl publish --reseed` has published its state with the tombstones, and from then
+    on the changelog rebuilds the table and versions keep going up."""
+    from tests.support import rebuild_from_changelog
+    from ttl.errors import ReseedRequired
+
+    conf = make_conf(tmp_path, kafka, ttl="1h")
+    store = DeltaStore(spark, conf.store, wall_clock=FixedClock(NOW))
+    point = store.apply_records([InputRecord(b"k1", b"old", NOW, (), 0, 0)]).version
+    store.apply_records([InputRecord(b"k1", b"new", NOW + 1, (), 0, 1),
+                         InputRecord(b"k2", b"v", NOW + 1, (), 0, 2)])
+    store.apply_records([InputRecord(b"k1", b"stale", NOW - 10, (), 0, 3)])  # changes nothing
+    publisher = Publisher(spark, conf.store.path, conf.store.name, clients(conf, kafka),
+                          conf.changelog)
+    publisher.publish()
+    publisher.close()
+    old_max = publisher.progress.version
+    target = str(tmp_path / "rolled-back")
+    result = restore(spark, conf, clients(conf, kafka), target, until_version=point,
+                     wall_ms=NOW)
+    assert result.changelog_version > old_max                       # past the no-op too
+    conf = conf.model_copy(update={"store": conf.store.model_copy(update={"path": target})})
+    adopted = app.App(conf, bootstrap=kafka.bootstrap_servers, spark=spark,
+                      wall_clock=FixedClock(NOW))
+    publisher = adopted.publisher()
+    with pytest.raises(ReseedRequired, match="ttl.changelog.reseed_required"):
+        publisher.publish()
+    seeded = publisher.reseed()
+    assert (seeded.puts, seeded.tombstones) == (1, 1)                # k1=old, k2 gone
+    DeltaStore(spark, conf.store, wall_clock=FixedClock(NOW)).apply_records(
+        [InputRecord(b"k3", b"v", NOW, (), 0, 4)])
+    assert publisher.publish().records == 1
+    publisher.close()
+    rebuilt = rebuild_from_changelog(_all(kafka, conf.kafka.changelog_topic))
+    assert {k: v for k, (v, _) in rebuilt.items()} == {b"k1": b"old", b"k3": b"v"}
+    assert drill.run(spark, conf, clients(conf, kafka), wall_ms=NOW).match

@@ -38,9 +38,14 @@ from ttl import delta_log
 from ttl.changelog import format as fmt
 from ttl.clock import Clock, WallClock
 from ttl.config import ChangelogConfig
-from ttl.errors import ChangeFeedGone, ProgressUnreadable, PublisherFenced
+from ttl.errors import ChangeFeedGone, ProgressUnreadable, PublisherFenced, ReseedRequired
 from ttl.kafka import KafkaClients
-from ttl.names import OP_SWEEP, progress_topic, publisher_transactional_id
+from ttl.names import (
+    OP_SWEEP,
+    PROP_RESEED_REQUIRED,
+    progress_topic,
+    publisher_transactional_id,
+)
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +173,9 @@ class Publisher:
         self.progress = read_progress(kafka, self.progress_topic)
         # Changelog version = Delta version + offset (``fmt.version_offset``); the progress
         # and every ``PublishResult`` speak changelog versions.
-        self.offset = fmt.version_offset(delta_log.properties(spark, table_path))
+        properties = delta_log.properties(spark, table_path)
+        self.offset = fmt.version_offset(properties)
+        self.reseed_required = properties.get(PROP_RESEED_REQUIRED) == "true"
         log.info("publisher for %s resumes after version %s", store_name, self.progress.version)
 
     def reset_progress(self, version: int, stream_time: int | None, input_offsets: dict) -> None:
@@ -197,6 +204,10 @@ class Publisher:
         started = time.monotonic()
         result = PublishResult(published_version=self.progress.version)
         latest = self.table_version() if until is None else until
+        if self.reseed_required and latest + self.offset > self.progress.version:
+            raise ReseedRequired(f"{self.path} was restored from a point in time or another "
+                                 f"topic ({PROP_RESEED_REQUIRED}); its versions cannot be "
+                                 f"published onto {self.topic} one by one")
         result.table_version = latest + self.offset
         start = max(0, self.progress.version - self.offset + 1)  # Delta versions from here
         while start <= latest:
@@ -320,6 +331,11 @@ class Publisher:
             self.progress = committed
             raise
         result.published_version = self.progress.version
+        if self.reseed_required:  # done: the table's changes continue the changelog now
+            from ttl.store.layout import set_properties
+
+            set_properties(self.spark, self.path, {PROP_RESEED_REQUIRED: "false"})
+            self.reseed_required = False
         result.seconds = time.monotonic() - started
         log.warning("re-seeded the changelog %s with the state of %s at version %s: %s puts, "
                     "%s tombstones in %.1f s", self.topic, self.path, latest, result.puts,
