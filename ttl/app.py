@@ -117,6 +117,8 @@ class App:
         log.error("store %s: the lease was lost while a standalone operation ran; stopping "
                   "it before its next write", self.conf.store.name)
         if self.interrupt_on_lease_loss:
+            if self._spark is not None:  # a write's Spark job under way fails: no commit
+                self._spark.sparkContext.cancelAllJobs()
             _thread.interrupt_main()
 
     def check_lease(self) -> None:
@@ -397,11 +399,21 @@ class _DaemonPublisher:
             self.close()  # a stream ran meanwhile; the next run makes a new one
             raise
 
-    def published(self) -> int:
-        """The table version the changelog has (the publisher's measured progress)."""
-        if self.publisher is None:
-            self.publisher = self.app.publisher()
-        return self.publisher.progress.version - self.publisher.offset
+    def published(self) -> int | None:
+        """The table version the changelog has, measured now: the progress topic and the
+        table's version offset read again (this daemon's publisher may be stale: another
+        process may have published, or restored the table, since it was made)."""
+        from ttl import delta_log
+        from ttl.changelog.format import version_offset
+        from ttl.changelog.publisher import published_progress
+        from ttl.names import progress_topic
+
+        progress = published_progress(self.app.kafka,
+                                      progress_topic(self.app.conf.kafka.changelog_topic))
+        if progress is None:
+            return None
+        path = self.app.conf.store.path
+        return progress.version - version_offset(delta_log.properties(self.app.spark, path))
 
     def close(self) -> None:
         if self.publisher is not None:

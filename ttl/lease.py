@@ -124,9 +124,11 @@ class Lease:
         is lost: another writer holds it, or renewals failed until it lapsed."""
         self._stop.clear()  # a lease released earlier may be taken and beaten again
 
+        interval_ms = self.duration_ms / 3
+
         def beat() -> None:
             held_until = self.clock.now_ms() + self.duration_ms
-            while not self._stop.wait(self.duration_ms / 3000):
+            while not self._stop.wait(interval_ms / 1000):
                 now = self.clock.now_ms()
                 try:
                     if self.renew():
@@ -134,7 +136,9 @@ class Lease:
                         continue
                     log.error("lease on %s lost to another writer", self.path)
                 except Exception:  # noqa: BLE001 - keep beating while the lease has slack
-                    if self.clock.now_ms() < held_until:
+                    # Lost once the next try would come after the lease lapsed: another
+                    # writer may take it from then on.
+                    if self.clock.now_ms() + interval_ms < held_until:
                         log.warning("lease renewal failed; retrying", exc_info=True)
                         continue
                     log.error("lease on %s lapsed: renewals failed for %s ms", self.path,

@@ -59,7 +59,7 @@ class TableFigures:
         drills = sibling(self.conf.store.path, DRILLS_SUFFIX)
         try:
             if DeltaTable.is_deltatable(drills):
-                rows = status.query({"d": DeltaTable(drills)},
+                rows = status.query({"d": DeltaTable(drills)},  # SQL: any table features
                                     "SELECT match, started_at FROM d ORDER BY started_at "
                                     "DESC LIMIT 1").to_pylist()
                 if rows:

@@ -98,7 +98,13 @@ class StoreView:
         return None
 
     def commit_time_s(self, version: int) -> float | None:
-        for c in self.commits:
+        """The commit time of ``version``: from the commits read back, else from the whole
+        log (a lag longer than the window is when it matters most); ``None`` if the log no
+        longer has it."""
+        commits = self.commits
+        if not any(c.get("version") == version for c in commits):
+            commits = _table(self.conf.store.path).history()
+        for c in commits:
             if c.get("version") == version:
                 return c["timestamp"] / 1000
         return None
@@ -127,8 +133,7 @@ def status(conf: Config, kafka=None, *, wall_ms: int | None = None) -> dict[str,
     counts = query({"store": store}, "SELECT count(*) AS total, "
                   f"coalesce(sum(CASE WHEN {_live(now)} THEN 1 ELSE 0 END), 0) AS live "
                   "FROM store").to_pylist()[0]
-    dead = query({"dead": _table(conf.store.dead_letters)},
-                "SELECT count(*) AS n FROM dead").to_pylist()[0]["n"]
+    dead = _count(conf.store.dead_letters)
     out: dict[str, object] = {
         "store": conf.store.name, "table": conf.store.path, "table version": view.version,
         "clock": f"{conf.eviction.clock} (now {now})",
@@ -144,19 +149,35 @@ def status(conf: Config, kafka=None, *, wall_ms: int | None = None) -> dict[str,
     published = progress[0] - version_offset(view.properties)  # a Delta version
     out["published version"] = published
     out["changelog lag (versions)"] = max(0, view.version - published)
-    oldest = view.commit_time_s(published + 1) if published < view.version else None
-    out["changelog lag (seconds)"] = round(max(0.0, wall / 1000 - oldest), 1) \
-        if oldest is not None else 0.0
+    if published >= view.version:
+        out["changelog lag (seconds)"] = 0.0
+        return out
+    oldest = view.commit_time_s(published + 1)
+    out["changelog lag (seconds)"] = (round(max(0.0, wall / 1000 - oldest), 1)
+                                      if oldest is not None else
+                                      f"unknown (version {published + 1} is gone from the log)")
     return out
+
+
+def _count(path: str) -> int:
+    """Rows of a sibling table (0 while it does not exist yet)."""
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(path):
+        return 0
+    return query({"t": _table(path)}, "SELECT count(*) AS n FROM t").to_pylist()[0]["n"]
 
 
 def lease(conf: Config, wall_ms: int) -> str:
     """``free``, or who holds the lease live and until when (epoch ms)."""
+    from deltalake import DeltaTable
+
     path = sibling(conf.store.path, LEASE_SUFFIX)
-    try:
-        rows = _table(path).to_pyarrow_table().to_pylist()
-    except Exception:  # noqa: BLE001 - no lease table yet: nobody ever held it
-        return "free"
+    if not DeltaTable.is_deltatable(path):
+        return "free"  # nobody ever held it
+    # The SQL path: a lease table made before it stopped declaring deletion vectors
+    # still reads.
+    rows = query({"lease": _table(path)}, "SELECT * FROM lease").to_pylist()
     for row in rows:
         if row["id"] == LEASE_ID and row["owner"] and row["expires_at"] > wall_ms:
             return f"{row['holder']} until {row['expires_at']}"
@@ -220,6 +241,8 @@ def health(conf: Config, kafka=None, *, require_stream: bool = False,
     if isinstance(lag, float) and lag > limit:
         reasons.append(f"the changelog lags {lag:.0f} s, more than "
                        f"maintenance.publisher_max_lag ({limit:.0f} s)")
+    elif isinstance(lag, str):
+        reasons.append(f"the changelog lag is {lag}")
     if require_stream and out["lease"] == "free":
         reasons.append("no stream holds the store's lease")
     return Health(not reasons, reasons)

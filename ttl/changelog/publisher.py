@@ -434,14 +434,18 @@ class Publisher:
 
 
 #: What Delta says when a version's change data (or its commit) is gone.
-_GONE_MARKERS = ("DELTA_CHANGE_DATA_FILE_NOT_FOUND", "FileNotFoundException",
+_GONE_MARKERS = ("DELTA_CHANGE_DATA_FILE_NOT_FOUND", "DELTA_MISSING_CHANGE_DATA",
                  "DELTA_VERSIONS_NOT_CONTIGUOUS", "VersionNotFoundException",
-                 "DELTA_CHANGE_TABLE_FEED_DISABLED")
+                 "DELTA_FILE_NOT_FOUND_DETAILED")
 
 
 def _change_data_gone(exc: BaseException) -> bool:
+    """A read of the change feed failed because its files or commits are gone (not, say,
+    because the whole table or its log is missing: a re-seed would not help there)."""
     text = str(exc)
-    return any(marker in text for marker in _GONE_MARKERS)
+    if any(marker in text for marker in _GONE_MARKERS):
+        return True
+    return "FileNotFoundException" in text and (".parquet" in text or "_change_data" in text)
 
 
 def _first_line(exc: BaseException) -> str:
