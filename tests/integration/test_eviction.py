@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from tests.support import clients, consume_all, rebuild_from_changelog, wait_until
+from tests.support import clients, consume_all, rebuild_from_changelog, retrying, wait_until
 from ttl import app, delta_log, eviction, schedule
 from ttl.app import App
 from ttl.changelog import topic
@@ -221,8 +221,12 @@ def test_a_standalone_operation_that_loses_its_lease_stops_with_lease_lost(spark
     with pytest.raises(LeaseLost, match="lease on .* was lost while the operation ran"):
         with app.claimed() as skipped:
             assert skipped is None
-            spark.sql(f"UPDATE delta.`{other.path}` SET expires_at = 0")  # it lapses
-            assert other.acquire()
+            # Another writer takes the row (as it would once our lease lapsed): done in
+            # one UPDATE, so our own heartbeat cannot renew in between.
+            far = NOW * 2
+            retrying(lambda: spark.sql(f"UPDATE delta.`{other.path}` SET owner = "
+                                       f"'{other.owner}', holder = 'other', "
+                                       f"expires_at = {far}"))
             wait_until(app.lease_lost.is_set, timeout=30, what="the heartbeat's notice")
     assert other.current().holder == "other"                        # not given back by us
 
