@@ -465,14 +465,6 @@ def _write(spark, conf: Config, target: str, latest, result: RestoreResult,
     now = WallClock().now_ms() if wall_ms is None else wall_ms
     props = layout.ensure_store_table(spark, target, conf.store.name, conf.store.ttl,
                                       deletion_vectors=conf.store.deletion_vectors)
-    from ttl.names import PROP_RESEED_REQUIRED
-
-    # Publishing a partial restore as the store's changelog needs the snapshot first (a
-    # whole restore over such a table lifts the mark).
-    marks = ({PROP_RESEED_REQUIRED: "true"} if result.partial else
-             {PROP_RESEED_REQUIRED: "false"} if props.get(PROP_RESEED_REQUIRED) == "true"
-             else {})
-    offset = _continue_versions(spark, target, props, result.changelog_floor, marks)
     rows = latest.select(
         F.col("key"), F.col("value"), F.col("ts"), F.col("headers"),
         _expiry(conf.store.ttl).alias("expires_at"), F.lit(now).cast("bigint").alias(
@@ -485,27 +477,31 @@ def _write(spark, conf: Config, target: str, latest, result: RestoreResult,
         "userMetadata", commit.encode(meta)).save(target)
     written = delta_log.latest_commit(spark, target)
     result.version = written.version
-    result.changelog_version = written.version + offset
     result.keys_restored = written.metric("numOutputRows")  # no second pass over the rows
+    offset = _continue_versions(spark, target, props, written.version, result)
+    result.changelog_version = written.version + offset
 
 
-def _continue_versions(spark, target: str, props: dict[str, str], floor: int | None,
-                       marks: dict[str, str]) -> int:
-    """The target's version offset, raised when its next version would not come after
-    ``floor`` on the changelog (a restore into a new table starts again at version 1, and
-    the changelog's versions must not go back: drills and point-in-time restores select by
-    them). The offset and ``marks`` are set in one metadata commit before the overwrite.
-    Returns the offset."""
+def _continue_versions(spark, target: str, props: dict[str, str], version: int,
+                       result: RestoreResult) -> int:
+    """The marks a restore leaves on its table, in one metadata commit after the overwrite
+    (``version``; a failed overwrite leaves none): the version offset, raised when the
+    overwrite's changelog version would not come after ``result.changelog_floor`` (a
+    restore into a new table starts again at version 1, and the changelog's versions must
+    not go back: drills and point-in-time restores select by them), and whether the table
+    needs a re-seed before it can continue the store's changelog (a partial restore; a
+    whole one over such a table lifts the mark). Returns the offset."""
     from ttl.changelog.format import version_offset
-    from ttl.names import PROP_VERSION_OFFSET
+    from ttl.names import PROP_RESEED_REQUIRED, PROP_VERSION_OFFSET
 
+    marks = ({PROP_RESEED_REQUIRED: "true"} if result.partial else
+             {PROP_RESEED_REQUIRED: "false"} if props.get(PROP_RESEED_REQUIRED) == "true"
+             else {})
     offset = version_offset(props)
-    latest = delta_log.latest_version(spark, target)
-    overwrite = latest + 1 if not marks else latest + 2  # after the metadata commit, if any
-    if floor is not None and overwrite + offset <= floor:
-        overwrite = latest + 2
-        offset = floor + 1 - overwrite
-        marks = {**marks, PROP_VERSION_OFFSET: str(offset)}
+    floor = result.changelog_floor
+    if floor is not None and version + offset <= floor:
+        offset = floor + 1 - version
+        marks[PROP_VERSION_OFFSET] = str(offset)
     if marks:
         layout.set_properties(spark, target, marks)
     return offset
