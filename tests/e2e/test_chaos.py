@@ -13,16 +13,16 @@ pytestmark = pytest.mark.e2e
 
 def test_killed_streams_sweeps_and_a_conflict_storm_lose_and_resurrect_nothing(
         spark, kafka, tmp_path):
-    """The stream killed -9 at a random moment, a sweep killed -9 and redone, and the
-    stream killed under an operator's conflicting UPDATEs, over a random workload whose
-    parts leave input partitions empty in turns (seed fixed; ``TTL_CHAOS_RUNS=N`` runs N
-    seeds; broker restarts, drills and restores are in ``python -m tests.chaos``): the
-    table equals the reference model and the changelog replays to the table."""
+    """The stream killed -9 at a random moment under an operator's conflicting UPDATEs,
+    and a sweep killed -9 and redone, over a random workload whose parts leave input
+    partitions empty in turns (seed fixed; ``TTL_CHAOS_RUNS=N`` runs N seeds; broker
+    restarts, drills and restores are in ``python -m tests.chaos``): the table equals the
+    reference model and the changelog replays to the table."""
     runs = int(os.environ.get("TTL_CHAOS_RUNS", "1"))
     for i in range(runs):
         work = tmp_path / f"run{i}"
         work.mkdir()
-        result = chaos.run_one(spark, kafka, work, seed=7 + i, kills=3,
-                               faults=("stream", "sweep", "storm"))
-        assert result.ok and result.kills == 3 and result.records > 1000, result.line()
-        assert sorted(result.faults) == ["storm", "stream", "sweep"], result.line()
+        result = chaos.run_one(spark, kafka, work, seed=7 + i, kills=2,
+                               faults=("storm", "sweep"))
+        assert result.ok and result.kills == 2 and result.records > 1000, result.line()
+        assert sorted(result.faults) == ["storm", "sweep"], result.line()
