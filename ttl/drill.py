@@ -109,6 +109,7 @@ def run(spark, conf: Config, kafka: KafkaClients, *, report_path: Path | None = 
     scratch = Path(tempfile.mkdtemp(prefix="ttl-drill-")) / "restored"
     try:
         result = restore(spark, conf, kafka, str(scratch), until_version=progress.version,
+                         point_is_progress=True,
                          source_topic=source_topic, wall_ms=wall_ms)
         report.records_read, report.keys = result.records_read, result.keys_restored
         report.restore_seconds, report.restore_rate = result.seconds, result.rate

@@ -221,8 +221,9 @@ def per_key(converted, until_version: int | None = None):
     ``ttl.version``, stream time), so the topic is read once.
 
     With ``until_version`` only records up to it count (a point-in-time restore; a key with
-    none has a null ``last``), and ``beyond`` is the earliest append time of the key's
-    records after it: what compaction may have used to remove records the restore needs.
+    none has a null ``last``), ``beyond`` is the earliest append time of the key's records
+    after it (what compaction may have used to remove records the restore needs) and
+    ``t_in`` the latest append time of those up to it.
     """
     from pyspark.sql import functions as F
 
@@ -235,6 +236,7 @@ def per_key(converted, until_version: int | None = None):
         F.count(F.when(inside, 1)).alias("n"), F.max(F.when(inside, F.col("version"))).alias("v"),
         F.max(F.when(inside, F.col("stream_time"))).alias("st"),
         F.min(F.when(~inside, F.col("append_ts"))).alias("beyond"),
+        F.max(F.when(inside, F.col("append_ts"))).alias("t_in"),
         F.max("version").alias("v_all"))
 
 
@@ -284,8 +286,10 @@ def restore(spark, conf: Config, kafka: KafkaClients, target: str, *,
             converter: str = "engine",
             until_version: int | None = None, until_offsets: dict[int, int] | None = None,
             source_topic: str | None = None, check_topic: bool = True,
-            wall_ms: int | None = None) -> RestoreResult:
-    """Rebuild ``target`` from the changelog in one commit; see the module docstring."""
+            wall_ms: int | None = None, point_is_progress: bool = False) -> RestoreResult:
+    """Rebuild ``target`` from the changelog in one commit; see the module docstring.
+    ``point_is_progress``: ``until_version`` is the publisher's progress read just before
+    (a drill), so every record after it is newer than that read."""
     from pyspark.sql import functions as F
 
     name = source_topic or conf.kafka.changelog_topic
@@ -328,11 +332,15 @@ def restore(spark, conf: Config, kafka: KafkaClients, target: str, *,
                 stats = keyed.agg(F.coalesce(F.sum("n"), F.lit(0)).alias("n"),
                                   F.max("v").alias("v"), F.max("st").alias("st"),
                                   F.min("beyond").alias("beyond"),
+                                  F.max("t_in").alias("t_in"),
                                   F.max("v_all").alias("v_all")).first()
             result.records_read = stats.n
-            beyond = stats.beyond if until_offsets is None else _first_append_after(
-                kafka, name, result.end_offsets, marks)
-            result.warnings += _compaction_warning(kafka, name, result, beyond)
+            if until_version is not None or until_offsets is not None:
+                beyond = stats.beyond if until_offsets is None else _first_append_after(
+                    kafka, name, result.end_offsets, marks)
+                result.warnings += compaction_warnings(
+                    _settings(kafka, name, result), name, beyond, stats.t_in,
+                    int(time.time() * 1000), point_is_progress=point_is_progress)
             if stats.n == 0 and _has_rows(spark, target):
                 raise RestoreError(f"changelog {name} is empty but {target} has entries: "
                                    "refusing to replace them with nothing (wrong topic?)")
@@ -391,30 +399,50 @@ def _first_append_after(kafka: KafkaClients, name: str, ends: dict[int, int],
     return min(found) if found else None
 
 
-def _compaction_warning(kafka: KafkaClients, name: str, result: RestoreResult,
-                        beyond_ms: int | None) -> list[str]:
-    """A point-in-time restore is exact only while compaction has not removed a record up
-    to the point because a newer record of the same key exists after it. Kafka's cleaner
-    only compacts against records older than the topic's ``min.compaction.lag.ms``, so if
-    the earliest record after the point is younger than that (now, after the read), nothing
-    the restore needs can be gone; otherwise it says so (it may be missing keys, or hold
-    older values than the table had)."""
-    if beyond_ms is None:
-        return []
-    settings = result.topic_settings
-    if not settings:
-        state = topic.describe(kafka, name)
-        settings = state.settings if state is not None else {}
+def _settings(kafka: KafkaClients, name: str, result: RestoreResult) -> dict[str, str]:
+    """The topic's settings: as checked at the start, else described now."""
+    if result.topic_settings:
+        return result.topic_settings
+    state = topic.describe(kafka, name)
+    return state.settings if state is not None else {}
+
+
+def compaction_warnings(settings: dict[str, str], name: str, beyond_ms: int | None,
+                        newest_at_point_ms: int | None, now_ms: int, *,
+                        point_is_progress: bool = False) -> list[str]:
+    """What a point-in-time restore must say about compaction (it cannot be exact there).
+
+    Compaction removes a record up to the point only because a newer record of the same key
+    exists after it, and Kafka's cleaner only compacts against records older than
+    ``min.compaction.lag.ms``:
+
+    1. the earliest record still after the point (``beyond_ms``) is older than that: it may
+       have removed records of the point;
+    2. a tombstone after the point, once older than ``delete.retention.ms``, is itself
+       removed, leaving no trace of what it replaced. Every record after the point was
+       written after the newest record up to it (``newest_at_point_ms``), so while that one
+       is younger than the retention, no such tombstone can be gone. A drill's point is the
+       progress read just before (``point_is_progress``): nothing after it is old.
+    """
+    out = []
     lag_ms = int(settings.get("min.compaction.lag.ms", "0"))
-    age_ms = int(time.time() * 1000) - beyond_ms
-    if age_ms < lag_ms:
-        return []
-    return [f"the changelog {name} holds records after this point written {age_ms / 1000:,.0f}"
-            f" s ago, not less than its min.compaction.lag.ms ({lag_ms / 1000:,.0f} s): "
-            "compaction may have removed records of the point they replaced, so this "
-            "point-in-time restore may lack keys or hold older values than the table had "
-            "then (a compacted topic keeps only each key's last record; for a point this far "
-            "back use the table's time travel while its history lasts)"]
+    if beyond_ms is not None and now_ms - beyond_ms >= lag_ms:
+        out.append(f"the changelog {name} holds records after this point written "
+                   f"{(now_ms - beyond_ms) / 1000:,.0f} s ago, not less than its "
+                   f"min.compaction.lag.ms ({lag_ms / 1000:,.0f} s): compaction may have "
+                   "removed records of the point they replaced, so this point-in-time "
+                   "restore may lack keys or hold older values than the table had then")
+    retention_ms = int(settings.get("delete.retention.ms", str(86_400_000)))
+    if not point_is_progress and newest_at_point_ms is not None and \
+            now_ms - newest_at_point_ms >= retention_ms:
+        out.append(f"this point is older than the changelog {name}'s delete.retention.ms "
+                   f"({retention_ms / 1000:,.0f} s): a tombstone written after it may "
+                   "since have been removed together with the records it replaced, so this "
+                   "point-in-time restore may lack keys")
+    if out:
+        out[-1] += (" (a compacted topic keeps only each key's last record; for a point "
+                    "this far back use the table's time travel while its history lasts)")
+    return out
 
 
 def _progress(kafka: KafkaClients, name: str):

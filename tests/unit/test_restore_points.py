@@ -42,3 +42,23 @@ def test_a_drill_warns_when_its_restore_took_a_large_share_of_tombstone_retentio
         "the restore took 12 s, more than 10% of delete.retention.ms (100 s)")
     assert _retention_warning({"delete.retention.ms": "604800000"}, report) == []
     assert _retention_warning({}, report) == []
+
+
+def test_a_point_in_time_restore_warns_when_compaction_could_have_removed_its_records():
+    """Reliability 6: both ways compaction can make a point-in-time restore inexact, and
+    neither when the records after the point are young (or the point is a drill's)."""
+    from ttl.restore import compaction_warnings
+
+    now, hour, day = 10**12, 3_600_000, 86_400_000
+    settings = {"min.compaction.lag.ms": str(hour), "delete.retention.ms": str(day)}
+    assert compaction_warnings(settings, "cl", now - 60_000, now - 120_000, now) == []
+    assert compaction_warnings(settings, "cl", None, now - 2 * hour, now) == []
+    stale = compaction_warnings(settings, "cl", now - 2 * hour, now - 3 * hour, now)
+    assert len(stale) == 1 and "min.compaction.lag.ms (3,600 s)" in stale[0]
+    # Nothing after the point survives, but the point is older than the tombstone
+    # retention: a tombstone after it may be gone, with what it replaced.
+    old = compaction_warnings(settings, "cl", None, now - 2 * day, now)
+    assert len(old) == 1 and "delete.retention.ms (86,400 s)" in old[0]
+    assert compaction_warnings(settings, "cl", None, now - 2 * day, now,
+                               point_is_progress=True) == []
+    assert len(compaction_warnings(settings, "cl", now - 2 * day, now - 3 * day, now)) == 2
