@@ -36,7 +36,10 @@ def _logging(verbose: bool, log_format: str = "text") -> None:
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    # py4j logs a callback's exception (a micro-batch interrupted by a stop) with its whole
+    # trace; the engine reports a batch's failure itself (the query's exception carries
+    # the Python trace), so py4j's own copy is noise.
+    logging.getLogger("py4j").setLevel(logging.CRITICAL)
     # A sweep still running when its next tick comes is skipped on purpose (max_instances
     # = 1, coalesced): APScheduler warns about it every time.
     logging.getLogger("apscheduler").setLevel(logging.ERROR)
