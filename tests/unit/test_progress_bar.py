@@ -6,6 +6,22 @@ import io
 import os
 
 
+def _read_all(fd: int) -> str:
+    """Everything written to the terminal so far (one read may return only a part)."""
+    import select
+
+    out = b""
+    while select.select([fd], [], [], 0.5)[0]:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:  # EIO: the terminal's other end is closed and drained
+            break
+        if not chunk:
+            break
+        out += chunk
+    return out.decode()
+
+
 def test_a_bar_draws_on_a_terminal_and_stays_silent_on_a_pipe():
     from ttl.progress import bar, move_to
 
@@ -15,7 +31,7 @@ def test_a_bar_draws_on_a_terminal_and_stays_silent_on_a_pipe():
             move_to(shown, 150)
             move_to(shown, 100)  # never backwards
             assert shown.n == 150
-        drawn = os.read(master, 65536).decode()
+        drawn = _read_all(master)
     os.close(master)
     assert "restore x: reading" in drawn and "150/200" in drawn
     piped = io.StringIO()
