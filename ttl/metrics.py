@@ -34,8 +34,9 @@ class TableFigures:
     restore drill's result and time (the drill-history table, written by whichever process
     runs drills). A failed read leaves the figure out of that scrape."""
 
-    def __init__(self, conf, every_s: float = 30.0) -> None:
+    def __init__(self, conf, every_s: float = 30.0, kafka=None) -> None:
         self.conf = conf
+        self.kafka = kafka  # for the changelog's lag in seconds (None: not exported)
         self.every_s = every_s
         self._lock = threading.Lock()
         self._at = 0.0
@@ -48,14 +49,14 @@ class TableFigures:
         from ttl.names import DRILLS_SUFFIX, sibling
 
         values: dict[str, float] = {}
-        try:
-            now = status.store_now(self.conf, None)
-            row = status.query({"store": DeltaTable(self.conf.store.path)},
-                               "SELECT count(*) AS n FROM store WHERE expires_at IS NOT NULL "
-                               f"AND expires_at <= {int(now)}").to_pylist()[0]
-            values["expired"] = row["n"]
+        try:  # what `ttl status` reads, without Spark
+            out = status.status(self.conf, self.kafka)
+            values["expired"] = out["expired, not yet swept"]
+            lag = out.get("changelog lag (seconds)")
+            if isinstance(lag, float):
+                values["lag_seconds"] = lag
         except Exception:  # noqa: BLE001 - a scrape never fails the job
-            log.debug("expired-not-swept read failed", exc_info=True)
+            log.debug("status read failed", exc_info=True)
         drills = sibling(self.conf.store.path, DRILLS_SUFFIX)
         try:
             if DeltaTable.is_deltatable(drills):
@@ -82,7 +83,9 @@ class TableFigures:
                 ("drill_match", "ttl_last_drill_match", "1 if the last restore drill "
                  "matched the table, 0 if not"),
                 ("drill_at", "ttl_last_drill_timestamp_seconds", "When the last restore "
-                 "drill started (epoch seconds)")):
+                 "drill started (epoch seconds)"),
+                ("lag_seconds", "ttl_changelog_lag_seconds", "Age of the oldest table "
+                 "version not yet on the changelog (0: everything published)")):
             if key in values:
                 family = GaugeMetricFamily(name, doc, labels=["store"])
                 family.add_metric([store], values[key])
@@ -92,7 +95,7 @@ class TableFigures:
 class Metrics:
     """One store's metrics; ``serve`` starts the HTTP endpoint."""
 
-    def __init__(self, store: str, conf=None) -> None:
+    def __init__(self, store: str, conf=None, kafka=None) -> None:
         self.store = store
         self.registry = CollectorRegistry()
         r, s = self.registry, ["store"]
@@ -123,7 +126,7 @@ class Metrics:
                                 "lease", s, registry=r)
         self._server = None
         if conf is not None:  # figures read from the tables when scraped
-            self.registry.register(TableFigures(conf))
+            self.registry.register(TableFigures(conf, kafka=kafka))
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         """Serve ``/metrics`` on ``port`` (a daemon thread; ``close`` stops it)."""

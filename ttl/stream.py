@@ -98,7 +98,7 @@ class StreamJob:
         self.summary = StreamSummary()
         self.lease = lease
         self.sweeper = store.for_thread()  # wall sweeps: own session, same stream time
-        self.metrics = Metrics(conf.store.name, conf)
+        self.metrics = Metrics(conf.store.name, conf, kafka)
         self.jobs = schedule.StoreJobs(self.sweeper, conf, lock=self.lock,
                                        publish=self._publish,
                                        published=self._published_table_version,

@@ -156,6 +156,7 @@ def test_the_metrics_endpoint_is_scraped_during_a_real_run(kafka, tmp_path):
     assert got[("ttl_lease_held", ())] == 1
     assert got[("ttl_changelog_lag_versions", ())] == 0
     assert got[("ttl_expired_not_swept", ())] == 0                   # read from the table
+    assert 0 <= got[("ttl_changelog_lag_seconds", ())] < 120        # read at most every 30 s
 
 
 def test_status_get_scan_and_health_read_the_store_without_spark(spark, kafka, tmp_path):
