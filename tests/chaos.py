@@ -199,19 +199,20 @@ def _in_order(records: list[InputRecord]) -> list[InputRecord]:
 
 def _ttl(conf_path: Path, *args: str, ok: tuple[int, ...] = (0,)) -> int:
     """A ``ttl`` command to its end (one that found the lease still held by a killed
-    process, and so skipped, runs again once the lease lapsed)."""
-    deadline = time.monotonic() + 900
-    while True:
+    process, and so skipped, runs again until the lease lapsed: within eviction.lease)."""
+    from tests.support import wait_until
+
+    def run() -> int | None:
         done = subprocess.run([TTL_BIN, args[0], "--conf", str(conf_path), *args[1:]],
                               capture_output=True, text=True, timeout=900)
         if done.returncode not in ok:
             raise RuntimeError(f"ttl {' '.join(args)} exited {done.returncode}: "
                                f"{done.stderr[-3000:]}")
-        if "skipped: the stream owns the table" not in done.stdout:
-            return done.returncode
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"ttl {' '.join(args)} kept finding the lease held")
-        time.sleep(1)  # the killed holder's lease lapses within eviction.lease (4 s)
+        skipped = "skipped: the stream owns the table" in done.stdout
+        return None if skipped else done.returncode + 1  # truthy: 0 is a result too
+
+    return wait_until(run, timeout=900, interval=1.0,
+                      what=f"ttl {' '.join(args)} with the lease free") - 1
 
 
 def _killed_then_done(conf_path: Path, rng: random.Random, *args: str,
@@ -233,22 +234,22 @@ def _wait_for_leaders(kafka, conf, timeout: float = 180) -> None:
     (an unclean stop makes the broker recover its logs first)."""
     from confluent_kafka.admin import AdminClient
 
+    from tests.support import wait_until
     from ttl.names import progress_topic
 
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
     names = (conf.kafka.input_topic, conf.kafka.changelog_topic,
              progress_topic(conf.kafka.changelog_topic))
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def led() -> bool:
         try:
             topics = admin.list_topics(timeout=10).topics
-            if all(n in topics and topics[n].partitions and
-                   all(p.leader >= 0 for p in topics[n].partitions.values()) for n in names):
-                return
         except Exception:  # noqa: BLE001 - not answering yet
-            pass
-        time.sleep(0.5)
-    raise RuntimeError(f"the restarted broker has no leaders for {names} after {timeout} s")
+            return False
+        return all(n in topics and topics[n].partitions and
+                   all(p.leader >= 0 for p in topics[n].partitions.values()) for n in names)
+
+    wait_until(led, timeout=timeout, interval=0.5,
+               what=f"leaders for {names} on the restarted broker")
 
 
 def _kill_the_stream(spark, kafka, conf, conf_path: Path, rng: random.Random, fault: str,
