@@ -65,12 +65,13 @@ class StoreView:
     version: int
     properties: dict[str, str]
     commits: list[dict] = field(default_factory=list)  # newest first, delta-rs history
+    table: object | None = None  # the delta-rs table, loaded once for every read
 
     @classmethod
     def open(cls, conf: Config) -> StoreView:
         table = _table(conf.store.path)
         return cls(conf, table.version(), dict(table.metadata().configuration),
-                   table.history(HISTORY))
+                   table.history(HISTORY), table)
 
     def engine_commits(self):
         for c in self.commits:
@@ -103,7 +104,7 @@ class StoreView:
         longer has it."""
         commits = self.commits
         if not any(c.get("version") == version for c in commits):
-            commits = _table(self.conf.store.path).history()
+            commits = self.table.history()
         for c in commits:
             if c.get("version") == version:
                 return c["timestamp"] / 1000
@@ -129,7 +130,7 @@ def status(conf: Config, kafka=None, *, wall_ms: int | None = None) -> dict[str,
     wall = WallClock().now_ms() if wall_ms is None else wall_ms
     stream_time = view.stream_time(progress[1] if progress else None)
     now = batch_clock(conf.eviction.clock, wall, stream_time)
-    store = _table(conf.store.path)
+    store = view.table
     counts = query({"store": store}, "SELECT count(*) AS total, "
                   f"coalesce(sum(CASE WHEN {_live(now)} THEN 1 ELSE 0 END), 0) AS live "
                   "FROM store").to_pylist()[0]
