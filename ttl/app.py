@@ -42,6 +42,7 @@ class App:
         self._spark = spark
         self._stores: dict[bool, object] = {}
         self._guard_lease: Lease | None = None
+        self._kafka_checked = False
         self.lease_lost = threading.Event()  # the guard's lease was lost while held
         # Under the command line the main thread is interrupted when the lease is lost,
         # so the operation stops before its next write (a commit under way is atomic).
@@ -153,8 +154,11 @@ class App:
             self.check_lease()  # a loss after the last write still fails the operation
 
     def check_kafka(self) -> None:
-        """Refuse wrong credentials before Spark starts: seconds, not minutes."""
-        self.kafka.check_access(self.conf.source)
+        """Refuse wrong credentials or unreachable brokers before Spark starts: seconds,
+        not minutes. Once per App (a command and the store it opens both ask)."""
+        if not self._kafka_checked:
+            self.kafka.check_access(self.conf.source)
+            self._kafka_checked = True
 
     @property
     def kafka_reachable(self) -> bool:
