@@ -89,6 +89,10 @@ class StoreConfig(_Section):
     #: deletionVectors reader feature (delta-rs's pyarrow path, plain Parquet readers do
     #: not). See README "Reading the store from other engines".
     deletion_vectors: bool = True
+    #: How a batch reads the stored rows of its keys (``ttl.store.lookup``): ``delta-rs`` in
+    #: the driver (fast), ``spark``, or ``auto``: delta-rs for a table on the local file
+    #: system, Spark for any other location.
+    lookup: Literal["auto", "delta-rs", "spark"] = "auto"
 
     @model_validator(mode="after")
     def _limits_fit_a_changelog_record(self) -> StoreConfig:

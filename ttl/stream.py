@@ -182,6 +182,7 @@ class StreamJob:
         steps = [
             ("stop the query", lambda: self.query is not None and self.query.isActive
              and self.query.stop()),
+            ("finish the snapshot warm-up", self.store.settle),
             ("stop the scheduler", lambda: scheduler.running and scheduler.shutdown(wait=True)),
             ("publish the last versions", self._publish_locked),
             ("close the changelog producer", self.publisher.close),

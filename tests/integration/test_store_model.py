@@ -22,34 +22,38 @@ from tests.strategies import CLOCKS, KEYS, WIDE_KEYS, batches, semantics
 from ttl.clock import FixedClock
 from ttl.config import StoreConfig
 from ttl.model import ReferenceStore
-from ttl.store import DeltaStore, write
+from ttl.store import DeltaStore, lookup
 from ttl.timestamps import NO_TIMESTAMP
 
 pytestmark = pytest.mark.integration
 
 EXAMPLES = 300 if os.environ.get("TTL_LONG") else 30
+LOOKUPS = ("delta-rs", "spark-in", "spark-join")
 
 
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
           phases=[Phase.explicit, Phase.generate],
           suppress_health_check=list(HealthCheck))
-@given(sem=semantics(), clock=CLOCKS, join_lookup=st.booleans(),
+@given(sem=semantics(), clock=CLOCKS, how=st.sampled_from(LOOKUPS),
        plan=st.sampled_from((KEYS, WIDE_KEYS)).flatmap(
            lambda keys: batches(min_batches=1, max_batches=3, max_records=12, keys=keys)))
 def test_delta_store_equals_reference_model_after_every_batch(spark, tmp_path_factory, sem,
-                                                              clock, join_lookup, plan):
-    # Half the sequences look their keys up with the broadcast join a large batch uses.
-    in_list = write.LOOKUP_IN_LIST
-    write.LOOKUP_IN_LIST = 0 if join_lookup else in_list
+                                                              clock, how, plan):
+    # Each lookup reader in turn: delta-rs, Spark's key filter, and the broadcast join a
+    # large batch uses.
+    in_list = lookup.LOOKUP_IN_LIST
+    lookup.LOOKUP_IN_LIST = 0 if how == "spark-join" else in_list
     try:
-        _run_against_model(spark, tmp_path_factory, sem, clock, plan)
+        _run_against_model(spark, tmp_path_factory, sem, clock, plan,
+                           "delta-rs" if how == "delta-rs" else "spark")
     finally:
-        write.LOOKUP_IN_LIST = in_list
+        lookup.LOOKUP_IN_LIST = in_list
 
 
-def _run_against_model(spark, tmp_path_factory, sem, clock, plan) -> None:
+def _run_against_model(spark, tmp_path_factory, sem, clock, plan, how="auto") -> None:
     path = str(tmp_path_factory.mktemp("model") / uuid.uuid4().hex)
-    conf = StoreConfig(name="m", path=path, ttl=sem.ttl, late_records=sem.late_records,
+    conf = StoreConfig(name="m", path=path, lookup=how, ttl=sem.ttl,
+                       late_records=sem.late_records,
                        missing_timestamp=sem.missing_timestamp, max_future=sem.max_future,
                        max_value_bytes=sem.max_value_bytes,
                        max_headers_bytes=sem.max_headers_bytes,
@@ -61,6 +65,8 @@ def _run_against_model(spark, tmp_path_factory, sem, clock, plan) -> None:
     for number, batch in enumerate(plan):
         expected = model.apply_batch(batch.records, batch.wall_ms)
         result = store.apply_records(batch.records, wall_ms=batch.wall_ms)
+        assert not store.lookup.fell_back, "delta-rs could not read the table"
+        assert not store.lookup.reads["spark" if how == "delta-rs" else "delta-rs"], how
         where = f"batch {number} of {len(plan)}"
         assert result.counts.as_dict() == expected.counts.as_dict(), where
         assert store.stream_time.value == model.stream_time.value, where

@@ -20,9 +20,11 @@ from ttl.errors import InvalidRecordError
 from ttl.expiry_floor import ExpiryFloor
 from ttl.model import Semantics
 from ttl.names import HEADER_TS, HEADER_TTL, OP_BATCH, PROP_STREAM_TIME_FLOOR, PROP_TTL
+from ttl.phases import BatchPhases
 from ttl.record import Entry, Headers, InputRecord, ValueTimestampHeaders
 from ttl.store import layout
 from ttl.store.fold import records_table
+from ttl.store.lookup import Lookup
 from ttl.store.write import WriteResult, apply_batch
 
 log = logging.getLogger(__name__)
@@ -52,6 +54,8 @@ class DeltaStore:
         layout.ensure_dead_letter_table(self.spark, self.dead_letter_path)
         self.stream_time = StreamTime(self.recover_stream_time())
         self.expiry_floor = ExpiryFloor()  # shared with for_thread twins: one table
+        self.lookup = Lookup(conf.lookup)
+        self._warming = None  # the thread computing the new version's snapshot
         self._api_offset = 0
 
     def for_thread(self) -> DeltaStore:
@@ -87,6 +91,8 @@ class DeltaStore:
         meta = {"op": OP_BATCH, "store": self.conf.name, "clock": self.clock_kind,
                 **(metadata or {}), "stream_time": self.stream_time.value}
         table = records if hasattr(records, "num_rows") else records.toArrow()
+        with (phases or BatchPhases()).phase("snapshot_wait"):
+            self.settle()
         # A concurrent commit (an operator's DELETE or UPDATE, a sweep of another process)
         # that conflicts aborts the write without a commit: the whole batch runs again
         # against the new version (lookup, fold, write; the txn id keeps it idempotent).
@@ -94,15 +100,39 @@ class DeltaStore:
         (result, final), retries = delta_log.retrying(
             lambda: apply_batch(self.spark, self.path, self.dead_letter_path, table,
                                 sem=self.sem, wall_ms=wall, t0=t0, metadata=meta, txn=txn,
-                                phases=phases, keep_changes=keep_changes, done=done),
+                                phases=phases, keep_changes=keep_changes, done=done,
+                                lookup=self.lookup),
             what=f"batch of {self.conf.name}")
         result.retries = retries
         self.stream_time.advance(final["stream_time"])
         if result.applied:
             self.expiry_floor.after_write(result.version_before, result.version,
                                           result.earliest_expiry)
+            self._warm()
         log.debug("batch v%s: %s", result.version, result.counts.as_dict())
         return result
+
+    def _warm(self) -> None:
+        """Compute the new version's snapshot in the background (``delta_log.warm_snapshot``)
+        while the caller publishes the batch or waits for the next one; the next batch
+        waits for it (``settle``), so a batch's own work never competes with it. An
+        ``InheritableThread`` carries the batch's job group: stopping the query cancels it."""
+        from pyspark import InheritableThread
+
+        def warm() -> None:
+            try:
+                delta_log.warm_snapshot(self.spark, self.path)
+            except Exception:  # noqa: BLE001 - only a cache: the next write computes it
+                log.debug("warming the snapshot of %s failed", self.path, exc_info=True)
+
+        self._warming = InheritableThread(target=warm, name="ttl-warm-snapshot", daemon=True)
+        self._warming.start()
+
+    def settle(self) -> None:
+        """Wait for the background snapshot of the previous batch, if any."""
+        if self._warming is not None:
+            self._warming.join()
+            self._warming = None
 
     def apply_records(self, records: Iterable[InputRecord], **kwargs) -> WriteResult:
         return self.apply_batch(records_table(list(records)), **kwargs)

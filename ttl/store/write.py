@@ -2,9 +2,8 @@
 
 Plan, per micro-batch (the records arrive as one Arrow table, the stream's one read):
 
-1. **lookup**: the stored ts and expiry of the batch's keys (a ``key IN`` filter for a small
-   batch, a broadcast semi-join on ``key_hash`` and ``key`` for a large one; narrow columns:
-   value and headers are never needed);
+1. **lookup** (``ttl.store.lookup``): the stored ts and expiry of the batch's keys at the
+   version the write starts from (narrow columns: value and headers are never needed);
 2. **fold** on the driver (``ttl.store.fold``: vectorized for a key's one plain record, the
    reference model itself for the rest): validation, per-key fold with T0, counts, the
    batch's max timestamp, the changed rows;
@@ -33,8 +32,9 @@ from ttl import commit, delta_log
 from ttl.model import Counts, Semantics
 from ttl.names import PROP_LAST_NOOP_BATCH, PROP_STREAM_TIME_FLOOR
 from ttl.phases import BatchPhases
-from ttl.store.fold import STORED_COLUMNS, batch_keys, fold_table, stored_arrow_schema
+from ttl.store.fold import batch_keys, fold_table
 from ttl.store.layout import set_properties
+from ttl.store.lookup import Lookup
 
 __all__ = ["WriteResult", "apply_batch"]
 
@@ -56,33 +56,6 @@ class WriteResult:
     earliest_expiry: int | None = None  # the earliest expires_at the batch wrote
     changes: object = None  # Arrow: the rows the commit changed (``keep_changes``)
     retries: int = 0  # runs again after a Delta conflict with a concurrent commit
-
-
-#: Up to this many keys the lookup is a plain ``key IN (...)`` filter; beyond it, a broadcast
-#: semi-join. Measured on a 200k-key store: 2-50 keys 0.30-0.53 s against 0.48-0.69 s for the
-#: join (no exchange to plan and run); at 1,000 keys the two are even.
-LOOKUP_IN_LIST = 256
-
-
-def _lookup(spark, path: str, keys):
-    """ts, expiry and per-record TTL of the stored rows of ``keys`` (an Arrow binary array),
-    as Arrow in ``fold.stored_arrow_schema()`` (value and headers left out: the fold never
-    needs them). The table's rows are never shuffled: a small batch's keys filter the scan,
-    a large batch's are broadcast to it."""
-    import pyarrow as pa
-    from pyspark.sql import functions as F
-
-    if not len(keys):
-        return stored_arrow_schema().empty_table()
-    table = spark.read.format("delta").load(path)
-    if len(keys) <= LOOKUP_IN_LIST:
-        return (table.select(*STORED_COLUMNS)
-                .where(F.col("key").isin(keys.to_pylist())).toArrow())
-    wanted = (spark.createDataFrame(pa.table({"key": keys}), "key binary")
-              .withColumn("key_hash", F.xxhash64("key")))
-    return (table.select("key_hash", *STORED_COLUMNS)
-            .join(F.broadcast(wanted), ["key_hash", "key"], "left_semi")
-            .select(*STORED_COLUMNS).toArrow())
 
 
 def _write_dead_letters(spark, rejects, dead_letter_path: str, wall_ms: int,
@@ -166,8 +139,8 @@ LOGGED_METRICS = ("numOutputRows", "numFiles", "numOutputBytes",
 def apply_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semantics,
                 wall_ms: int, t0: int, metadata: dict,
                 txn: tuple[str, int] | None = None, phases=None,
-                keep_changes: bool = False,
-                done: set[str] | None = None) -> tuple[WriteResult, dict]:
+                keep_changes: bool = False, done: set[str] | None = None,
+                lookup: Lookup | None = None) -> tuple[WriteResult, dict]:
     """Apply ``records`` (an Arrow table, or a DataFrame, in ``fold.input_arrow_schema()``)
     in one store commit; returns the result and the final metadata.
 
@@ -178,14 +151,14 @@ def apply_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
     provably equal its change data feed: the commit carrying this write's id is the version
     right after the one the lookup read. ``done`` carries what an earlier attempt of this
     batch already wrote (its dead letters: the same records are rejected again) across a
-    run again after a conflict.
+    run again after a conflict. ``lookup`` reads the stored rows (default: ``Lookup()``).
     """
     done = set() if done is None else done
     phases = phases or BatchPhases()
     table = records if hasattr(records, "num_rows") else records.toArrow()
     with phases.phase("lookup"):
         lookup_version = delta_log.latest_version(spark, path)
-        stored = _lookup(spark, path, batch_keys(table))
+        stored = (lookup or Lookup())(spark, path, batch_keys(table), lookup_version)
     with phases.phase("fold"):
         folded = fold_table(table, stored, wall_ms, t0, sem)
     result = WriteResult(folded.counts, folded.max_ts, rows_upserted=folded.upserted,
