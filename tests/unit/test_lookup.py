@@ -37,14 +37,17 @@ def test_the_setting_is_validated_by_name():
         StoreConfig(name="s", path="/x", lookup="duckdb")
 
 
-def test_a_table_delta_rs_cannot_read_falls_back_to_spark_for_good(monkeypatch, caplog):
+def _readers(monkeypatch, fail: list[bool]):
+    """delta-rs fails while ``fail`` says so; both readers log their calls."""
     calls: list[str] = []
     row = pa.table({"key": [b"k"], "ts": [1], "expires_at": [None], "record_ttl": [None]},
                    schema=stored_arrow_schema())
 
     def rust(path, keys, version):
-        calls.append("delta-rs")
-        raise OSError("unsupported reader feature: fancyFeature")
+        calls.append(f"delta-rs@{version}")
+        if fail[0]:
+            raise OSError("unsupported reader feature: fancyFeature")
+        return row
 
     def spark(session, path, keys, version):
         calls.append(f"spark@{version}")
@@ -52,14 +55,43 @@ def test_a_table_delta_rs_cannot_read_falls_back_to_spark_for_good(monkeypatch, 
 
     monkeypatch.setattr(lookup, "with_delta_rs", rust)
     monkeypatch.setattr(lookup, "with_spark", spark)
+    return calls, row
+
+
+KEYS = pa.array([b"k"], pa.binary())
+
+
+def test_a_failed_delta_rs_read_is_done_by_spark_and_repeated_failures_give_up(
+        monkeypatch, caplog):
+    fail = [True]
+    calls, row = _readers(monkeypatch, fail)
     reader = lookup.Lookup("auto")
-    keys = pa.array([b"k"], pa.binary())
     with caplog.at_level(logging.WARNING, logger="ttl.store.lookup"):
-        assert reader(None, "/data/store", keys, 7) is row
-        assert reader(None, "/data/store", keys, 8) is row
-    assert calls == ["delta-rs", "spark@7", "spark@8"]
-    assert reader.fell_back and reader.reads == {"spark": 2}
-    assert "fancyFeature" in caplog.text and "with Spark from now on" in caplog.text
+        assert reader(None, "/data/store", KEYS, 1) is row  # one failure: this batch only
+        fail[0] = False
+        assert reader(None, "/data/store", KEYS, 2) is row  # delta-rs again, and it works
+        fail[0] = True
+        for version in range(3, 3 + lookup.GIVE_UP_AFTER):
+            reader(None, "/data/store", KEYS, version)
+        reader(None, "/data/store", KEYS, 9)
+    assert calls == ["delta-rs@1", "spark@1", "delta-rs@2",
+                     "delta-rs@3", "spark@3", "delta-rs@4", "spark@4", "delta-rs@5", "spark@5",
+                     "spark@9"]
+    assert reader.fell_back and reader.reads == {"spark": 5, "delta-rs": 1}
+    assert "fancyFeature" in caplog.text
+    assert "for this batch" in caplog.text and "from now on" in caplog.text
+
+
+def test_delta_rs_chosen_explicitly_fails_the_batch_instead(monkeypatch):
+    calls, _ = _readers(monkeypatch, [True])
+    with pytest.raises(OSError, match="fancyFeature"):
+        lookup.Lookup("delta-rs")(None, "/data/store", KEYS, 1)
+    assert calls == ["delta-rs@1"]
+
+
+def test_an_unknown_reader_is_refused():
+    with pytest.raises(ValueError, match="store.lookup = 'duckdb'"):
+        lookup.Lookup("duckdb")
 
 
 def test_no_keys_reads_nothing(monkeypatch):

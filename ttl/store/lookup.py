@@ -24,11 +24,13 @@ import logging
 from collections import Counter
 from urllib.parse import urlparse
 
+import pyarrow as pa
+
 from ttl.store.fold import STORED_COLUMNS, stored_arrow_schema
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LOOKUP_IN_LIST", "Lookup", "local_path"]
+__all__ = ["GIVE_UP_AFTER", "HOW", "LOOKUP_IN_LIST", "Lookup", "local_path"]
 
 #: Up to this many keys the Spark lookup is a plain ``key IN (...)`` filter; beyond it, a
 #: broadcast semi-join. Measured on a 200k-key store: 2-50 keys 0.30-0.53 s against
@@ -45,21 +47,37 @@ def local_path(path: str) -> str | None:
     return None
 
 
+#: ``auto`` gives up on delta-rs (until the store is opened again) after this many failed
+#: lookups in a row; a single failure (a passing I/O error) uses Spark for that batch only.
+GIVE_UP_AFTER = 3
+
+HOW = ("auto", "delta-rs", "spark")
+
+
 class Lookup:
     """The stored rows of a batch's keys, by ``store.lookup`` (``auto``: delta-rs for a local
-    table, Spark otherwise)."""
+    table, Spark otherwise).
+
+    Under ``auto`` a failed delta-rs read is done by Spark instead (the batch goes on), and
+    after ``GIVE_UP_AFTER`` failures in a row Spark reads for good, with a warning. With
+    ``delta-rs`` chosen explicitly a failure is the batch's error.
+    """
 
     def __init__(self, how: str = "auto") -> None:
+        if how not in HOW:
+            raise ValueError(f"store.lookup = {how!r}: expected one of {', '.join(HOW)}")
         self.how = how
         self.fell_back = False
+        self.failures = 0  # delta-rs failures in a row
         self.reads: Counter[str] = Counter()  # lookups per reader (tests, the bench)
 
     def uses_delta_rs(self, path: str) -> bool:
+        """Whether the next lookup of ``path`` tries delta-rs."""
         if self.fell_back or self.how == "spark":
             return False
         return self.how == "delta-rs" or local_path(path) is not None
 
-    def __call__(self, spark, path: str, keys, version: int):
+    def __call__(self, spark, path: str, keys: pa.Array, version: int) -> pa.Table:
         """Rows of ``keys`` (an Arrow binary array) at ``version``, as Arrow in
         ``fold.stored_arrow_schema()``."""
         if not len(keys):
@@ -67,20 +85,25 @@ class Lookup:
         if self.uses_delta_rs(path):
             try:
                 found = with_delta_rs(local_path(path) or path, keys, version)
+            except Exception as exc:
+                if self.how == "delta-rs":
+                    raise
+                self.failures += 1
+                self.fell_back = self.failures >= GIVE_UP_AFTER
+                log.warning("the lookup read %s with Spark %s: delta-rs failed (%s: %s)", path,
+                            "from now on" if self.fell_back else "for this batch",
+                            type(exc).__name__, exc)
+            else:
+                self.failures = 0
                 self.reads["delta-rs"] += 1
                 return found
-            except Exception as exc:  # noqa: BLE001 - any delta-rs failure: Spark reads it
-                self.fell_back = True
-                log.warning("the lookup reads %s with Spark from now on: delta-rs cannot "
-                            "(%s: %s)", path, type(exc).__name__, exc)
         self.reads["spark"] += 1
         return with_spark(spark, path, keys, version)
 
 
-def with_delta_rs(path: str, keys, version: int):
+def with_delta_rs(path: str, keys: pa.Array, version: int) -> pa.Table:
     """The delta-rs lookup: the table at ``version``, its narrow columns streamed in Arrow
     batches, each filtered to ``keys`` (``is_in`` on the driver)."""
-    import pyarrow as pa
     import pyarrow.compute as pc
     from deltalake import DeltaTable, QueryBuilder
 
@@ -91,19 +114,18 @@ def with_delta_rs(path: str, keys, version: int):
     found = []
     for raw in reader:
         batch = pa.record_batch(raw)  # an arro3 batch (Arrow's C interface) -> pyarrow
-        # DataFusion hands out view types (binary_view); the fold and is_in want binary.
-        columns = [batch.column(i).cast(schema.field(i).type) for i in range(len(schema))]
-        wanted = pc.is_in(columns[0], value_set=keys)
+        # DataFusion hands out view types (binary_view); is_in and the fold want binary.
+        wanted = pc.is_in(batch.column(0).cast(pa.binary()), value_set=keys)
         if pc.any(wanted).as_py():
+            columns = [batch.column(i).cast(schema.field(i).type) for i in range(len(schema))]
             found.append(pa.Table.from_arrays([c.filter(wanted) for c in columns],
                                               schema=schema))
     return pa.concat_tables(found) if found else schema.empty_table()
 
 
-def with_spark(spark, path: str, keys, version: int):
+def with_spark(spark, path: str, keys: pa.Array, version: int) -> pa.Table:
     """The Spark lookup. The table's rows are never shuffled: a small batch's keys filter
     the scan, a large batch's are broadcast to it."""
-    import pyarrow as pa
     from pyspark.sql import functions as F
 
     table = spark.read.format("delta").option("versionAsOf", version).load(path)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
@@ -30,6 +31,7 @@ from ttl.store.write import WriteResult, apply_batch
 log = logging.getLogger(__name__)
 
 API_PARTITION = -1  # point writes are not from an input partition
+WARM_GROUP = "ttl-warm-snapshot"  # the Spark job group of the snapshot warm-up
 
 
 class DeltaStore:
@@ -55,7 +57,7 @@ class DeltaStore:
         self.stream_time = StreamTime(self.recover_stream_time())
         self.expiry_floor = ExpiryFloor()  # shared with for_thread twins: one table
         self.lookup = Lookup(conf.lookup)
-        self._warming = None  # the thread computing the new version's snapshot
+        self._warming: threading.Thread | None = None  # computing the new snapshot
         self._api_offset = 0
 
     def for_thread(self) -> DeltaStore:
@@ -63,6 +65,7 @@ class DeltaStore:
         are per session and shared by its threads), the same stream time and settings."""
         twin = copy.copy(self)
         twin.spark = self.spark.newSession()
+        twin._warming = None  # the twin warms (and waits for) its own; the lookup is shared
         return twin
 
     # -- stream time and clocks -------------------------------------------------------------
@@ -115,24 +118,34 @@ class DeltaStore:
     def _warm(self) -> None:
         """Compute the new version's snapshot in the background (``delta_log.warm_snapshot``)
         while the caller publishes the batch or waits for the next one; the next batch
-        waits for it (``settle``), so a batch's own work never competes with it. An
-        ``InheritableThread`` carries the batch's job group: stopping the query cancels it."""
+        waits for it (``settle``), so a batch's own work never competes with it. The thread
+        runs its jobs in a job group of its own, so they are not counted as a batch's. A
+        failure is harmless (the next write computes the snapshot itself) and never fails
+        the batch, which is committed by now."""
         from pyspark import InheritableThread
 
         def warm() -> None:
             try:
+                self.spark.sparkContext.setJobGroup(WARM_GROUP, "ttl snapshot warm-up",
+                                                    interruptOnCancel=False)
                 delta_log.warm_snapshot(self.spark, self.path)
             except Exception:  # noqa: BLE001 - only a cache: the next write computes it
                 log.debug("warming the snapshot of %s failed", self.path, exc_info=True)
 
-        self._warming = InheritableThread(target=warm, name="ttl-warm-snapshot", daemon=True)
-        self._warming.start()
+        try:
+            thread = InheritableThread(target=warm, name="ttl-warm-snapshot", daemon=True)
+            thread.start()
+        except Exception:  # noqa: BLE001 - as above (e.g. Spark stopping)
+            log.debug("could not start warming the snapshot of %s", self.path, exc_info=True)
+            return
+        self._warming = thread
 
     def settle(self) -> None:
-        """Wait for the background snapshot of the previous batch, if any."""
-        if self._warming is not None:
-            self._warming.join()
-            self._warming = None
+        """Wait for the background snapshot of the previous batch, if any (the batch
+        thread and the stream's shutdown both call this)."""
+        thread, self._warming = self._warming, None
+        if thread is not None:
+            thread.join()
 
     def apply_records(self, records: Iterable[InputRecord], **kwargs) -> WriteResult:
         return self.apply_batch(records_table(list(records)), **kwargs)

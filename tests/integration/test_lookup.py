@@ -1,0 +1,89 @@
+"""The batch lookup's two readers give the same rows at every version of a real table, and
+the background snapshot warm-up keeps out of the batches' way.
+
+The readers are also held to the reference model (``test_store_model.py``); this test adds
+what short generated sequences rarely reach: deletion vectors from updates and deletes of
+rows in older files, a Delta checkpoint (more than 10 commits), a version with no rows, an
+operator's SQL between batches, and keys of every batch size.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pyarrow as pa
+import pytest
+
+from ttl import delta_log
+from ttl.clock import FixedClock
+from ttl.config import StoreConfig
+from ttl.record import InputRecord
+from ttl.store import DeltaStore, lookup
+from ttl.store.store import WARM_GROUP
+
+pytestmark = pytest.mark.integration
+
+NOW = 1_700_000_000_000
+
+
+def _rows(table: pa.Table) -> list[tuple]:
+    return sorted(zip(*(table[c].to_pylist() for c in table.column_names), strict=True))
+
+
+def test_delta_rs_and_spark_read_the_same_rows_at_every_version(spark, table_path):
+    store = DeltaStore(spark, StoreConfig(name="lk", path=table_path, ttl=3_600_000),
+                       wall_clock=FixedClock(NOW))
+    keys = [b"k%03d" % i for i in range(60)]
+    versions = [delta_log.latest_version(spark, table_path)]  # the empty table
+    for n in range(14):  # past Delta's checkpoint interval (10)
+        records = [InputRecord(k, None if (i + n) % 7 == 0 else b"v%d" % n, NOW + n,
+                               (("h", b"x"),) if i % 2 else (), 0, n * 100 + i)
+                   for i, k in enumerate(keys) if (i * 3 + n) % 4 != 0]
+        store.apply_records(records, wall_ms=NOW + n)
+        versions.append(delta_log.latest_version(spark, table_path))
+        if n == 6:  # an operator's DELETE and UPDATE: deletion vectors in older files
+            spark.sql(f"DELETE FROM delta.`{table_path}` WHERE key < CAST('k010' AS BINARY)")
+            spark.sql(f"UPDATE delta.`{table_path}` SET ts = ts + 1 "
+                      "WHERE key > CAST('k050' AS BINARY)")
+            versions.append(delta_log.latest_version(spark, table_path))
+    store.settle()
+    assert any(name.endswith(".checkpoint.parquet")
+               for name in os.listdir(os.path.join(table_path, "_delta_log")))
+    wanted_sets = [keys[:3], keys, [b"absent", keys[59]], keys[5:40] + [b"nope"]]
+    compared = 0
+    for version in versions:
+        for wanted in wanted_sets:
+            want = pa.array(wanted, pa.binary())
+            rust = lookup.with_delta_rs(table_path, want, version)
+            for in_list in (lookup.LOOKUP_IN_LIST, 0):  # the key filter, the broadcast join
+                lookup.LOOKUP_IN_LIST, saved = in_list, lookup.LOOKUP_IN_LIST
+                try:
+                    theirs = lookup.with_spark(spark, table_path, want, version)
+                finally:
+                    lookup.LOOKUP_IN_LIST = saved
+                assert [(f.name, f.type) for f in rust.schema] == \
+                    [(f.name, f.type) for f in theirs.schema]
+                assert _rows(rust) == _rows(theirs), (version, len(wanted))
+                compared += 1
+    assert compared == len(versions) * len(wanted_sets) * 2
+    assert versions[-1] > 10
+    latest = lookup.with_delta_rs(table_path, pa.array(keys, pa.binary()), versions[-1])
+    assert 0 < latest.num_rows < len(keys)  # deletes and the operator's DELETE took rows
+    assert lookup.with_delta_rs(table_path, pa.array(keys, pa.binary()), versions[0]).num_rows == 0
+
+
+def test_the_snapshot_warm_up_runs_after_a_batch_in_its_own_job_group(spark, table_path):
+    store = DeltaStore(spark, StoreConfig(name="wu", path=table_path),
+                       wall_clock=FixedClock(NOW))
+    tracker = spark.sparkContext.statusTracker()
+    before = set(tracker.getJobIdsForGroup(WARM_GROUP))
+    result = store.apply_records([InputRecord(b"a", b"1", NOW, (), 0, 0)], wall_ms=NOW)
+    assert result.applied and store.lookup.reads == {"delta-rs": 1}
+    twin = store.for_thread()
+    assert twin._warming is None  # a twin waits for its own warm-ups only
+    store.settle()
+    assert store._warming is None
+    store.settle()  # twice (the batch thread and the stream's shutdown) is harmless
+    # The warm-up computed the new version's state: its job ran under its own group, not
+    # the batch's (whose job count it would otherwise distort).
+    assert set(tracker.getJobIdsForGroup(WARM_GROUP)) - before
