@@ -7,13 +7,16 @@ Per micro-batch (``foreachBatch``, under the store's write lock):
    ``ttl:<store>:batch:<query id>`` / batch id, so a batch replayed after a crash is not
    applied twice (a new checkpoint gets a new query id, so restarting batch ids cannot
    collide); the commit records the input offsets it consumed and the stream time;
-3. publish the changelog up to the new version (one fenced transactional publisher; the
-   batch's own version from the rows it wrote when that is exact);
-4. run a stream-time sweep when stream time has advanced ``eviction.stream_interval``, and
-   publish its tombstones.
+3. run a stream-time sweep when stream time has advanced ``eviction.stream_interval``;
+4. publish the changelog up to the newest version (one fenced transactional publisher; the
+   batch's own version from the rows it wrote when that is exact, the sweep's tombstones
+   after it) in the background: the next batch's Spark work overlaps this Python/Kafka
+   work, and waits for it before publishing its own, so versions go out in commit order.
+   A crash before the publication loses nothing: publication follows the Delta versions
+   (the next start publishes what is not on the changelog), not Spark's checkpoint.
 
-Each batch logs where its time went (``ttl.phases``), its Spark jobs and its write's
-Delta metrics.
+Each batch logs, once published, where its time went (``ttl.phases``), its Spark jobs and
+its write's Delta metrics.
 
 Wall-clock sweeps run on the driver's APScheduler, in their own Spark session, serialized
 with the batches through the same lock. The job holds the store's lease while it runs.
@@ -120,6 +123,8 @@ class StreamJob:
         self._last_stream_sweep: int | None = None
         self._catch_up_bar = None  # an --available-now run's progress bar (terminal only)
         self._catch_up_from = 0
+        self._publication: threading.Thread | None = None  # a batch's, in the background
+        self._publication_error: BaseException | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -156,6 +161,9 @@ class StreamJob:
                     self.query.awaitTermination(1)
                 if self.query.exception() is not None:
                     raise self.query.exception()
+                self._await_publication()  # the last batch's; raises what stopped the run
+                if self.batch_error is not None:
+                    raise self.batch_error
             except Exception:
                 if self.batch_error is not None:  # our own error, not Spark's wrapping of it
                     raise self.batch_error from None
@@ -184,7 +192,8 @@ class StreamJob:
              and self.query.stop()),
             ("finish the snapshot warm-up", self.store.settle),
             ("stop the scheduler", lambda: scheduler.running and scheduler.shutdown(wait=True)),
-            ("publish the last versions", self._publish_locked),
+            ("publish the last versions", lambda: self._publication_error is None
+             and self._publish_locked()),
             ("close the changelog producer", self.publisher.close),
             ("release the lease", self.lease.release),
             ("stop the metrics endpoint", self._close_metrics),
@@ -377,24 +386,28 @@ class StreamJob:
                                        "batch_id": batch_id, "query_id": query_id},
                     txn=txn, phases=phases,
                     keep_changes=True)
-                with phases.phase("publish"):
-                    published = self._publish(result)
-                    records_published = published.records
                 with phases.phase("sweep"):
-                    evicted, swept = self._stream_sweep()
-                if swept:
-                    with phases.phase("publish"):
-                        published = self._publish()  # the sweep's tombstones, if it made any
-                        records_published += published.records
+                    evicted = self._stream_sweep()
+                with phases.phase("publish_wait"):  # the previous batch's publication
+                    self._await_publication()
+                jobs, own = phases.spark_jobs(), time.monotonic() - phases.started
+                self._publish_behind(result, phases, lambda published: self._batch_done(
+                    batch_id, result, evicted, published, phases, jobs, own, offsets))
             finally:
                 self.lock.release()
             self.position = offsets
             self.last_batch = (str(query_id), batch_id)
-            jobs = phases.spark_jobs()
         finally:
-            phases.close()
+            phases.close()  # on this thread (the job group is a thread's property)
+
+    def _batch_done(self, batch_id: int, result, evicted: dict, published, phases, jobs,
+                    own: float, offsets: dict[str, int]) -> None:
+        """The batch is published: account for it and write its log line (from the
+        publication's thread; ``duration_s`` is the batch's own time, its publication,
+        overlapping the next batch, is ``phases_s.publish``)."""
         self._account(result, evicted, published)
         seconds = phases.as_dict()
+        seconds["total"] = round(own, 3)
         self.metrics.batch(result.counts, seconds, self.store.stream_time.value)
         batch_log.info(json.dumps({
             "batch": batch_id, "records_in": result.counts.records,
@@ -403,9 +416,9 @@ class StreamJob:
             "rejected": dict(result.counts.rejected),
             "late_dropped": result.counts.late_dropped,
             "expired_on_arrival": result.counts.expired_on_arrival,
-            "evicted": evicted, "changelog_records": records_published,
-            "publication_lag_versions": published.lag_versions if published else None,
-            "duration_s": round(seconds["total"], 2), "phases_s": seconds,
+            "evicted": evicted, "changelog_records": published.records,
+            "publication_lag_versions": published.lag_versions,
+            "duration_s": seconds["total"], "phases_s": seconds,
             "spark_jobs": jobs, "write_metrics": result.metrics,
             "stream_time": self.store.stream_time.value, "applied": result.applied,
             "input_offsets": offsets, "catch_up": self._catch_up(offsets),
@@ -455,15 +468,16 @@ class StreamJob:
         total = sum(self.end_offsets.values()) - self._catch_up_from
         return bar(total, f"catch-up {self.conf.kafka.input_topic}", unit="offsets")
 
-    def _stream_sweep(self) -> tuple[dict, bool]:
+    def _stream_sweep(self) -> dict:
         """A stream-time sweep when stream time moved ``eviction.stream_interval``; returns
-        the evicted count and whether the sweep made a commit (tombstones to publish)."""
+        the evicted count. Its tombstones go out with the batch's publication (which
+        publishes every version up to the newest)."""
         evicted = {"stream": 0}
         if self.conf.eviction.clock not in ("stream", "both"):
-            return evicted, False
+            return evicted
         now = self.store.stream_time.value
         if now is None:
-            return evicted, False
+            return evicted
         due = (self._last_stream_sweep is None
                or now - self._last_stream_sweep >= self.conf.eviction.stream_interval)
         if due:
@@ -471,10 +485,15 @@ class StreamJob:
             self.metrics.sweep(swept)
             evicted["stream"] = swept.evicted
             self._last_stream_sweep = now
-            return evicted, swept.version is not None
-        return evicted, False
+        return evicted
 
     def _publish(self, written=None):
+        """Publish every unpublished version (``_publish_now``), after the batch
+        publication under way, if any: one publisher, used by one thread at a time."""
+        self._await_publication()
+        return self._publish_now(written)
+
+    def _publish_now(self, written=None):
         """Publish every unpublished version; the batch's own version from the changes it
         wrote when they are known (no change-feed read), in commit order either way."""
         if written is not None and written.changes is not None:
@@ -484,6 +503,37 @@ class StreamJob:
         self.summary.published += result.records
         self.metrics.publication(result)
         return result
+
+    def _publish_behind(self, written, phases: BatchPhases, done) -> None:
+        """Publish a batch in the background: the next batch reads, looks up, folds and
+        writes meanwhile (its Spark work and this Python/Kafka work overlap), and waits for
+        it before its own publication (``_await_publication``), so versions still go out
+        in commit order through the one publisher. Anything else that publishes (wall
+        sweeps, VACUUM, the shutdown) waits for it too. A failed publication stops the
+        stream with its error (``batch_error``), as a failure inside the batch would."""
+
+        def publish() -> None:
+            try:
+                with phases.phase("publish"):
+                    published = self._publish_now(written)
+                done(published)
+            except BaseException as exc:  # noqa: BLE001 - surfaced by the stream's loop
+                self._publication_error = self.batch_error = exc
+                log.error("stream %s: publication failed: %s", self.conf.store.name, exc)
+                self.stop()
+
+        self._publication = threading.Thread(target=publish, name="ttl-publication",
+                                             daemon=True)
+        self._publication.start()
+
+    def _await_publication(self) -> None:
+        """Wait for the batch publication under way, if any; raise its error (every time:
+        the run is ending with it, and nothing may publish past it)."""
+        thread, self._publication = self._publication, None
+        if thread is not None:
+            thread.join()
+        if self._publication_error is not None:
+            raise self._publication_error
 
     def _published_table_version(self) -> int:
         """The table version the changelog has (this job's publisher is the only one)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -54,3 +55,56 @@ def test_a_failing_publication_still_gives_back_the_lease_and_closes_the_produce
     assert closed == [True]
     state = Lease(spark, store.path).current()
     assert state is None or state.owner is None, state  # given back, not left to lapse
+
+
+def test_a_batch_publication_fenced_in_the_background_stops_the_run_with_that_error(
+        spark, kafka, tmp_path):
+    """A batch is published in the background while the next one runs. When that
+    publication fails (here: a second publisher of the store takes over the transactional
+    id, a real fencing on the broker) the run stops with the publisher's own error, the
+    batch stays committed in the table (the next start publishes it), and the lease is
+    given back."""
+    from confluent_kafka import Producer
+
+    from ttl import delta_log
+    from ttl.errors import PublisherFenced
+
+    name = f"fb-{uuid.uuid4().hex[:8]}"
+    conf = from_dict({
+        "store": {"name": name, "path": str(tmp_path / "store"), "ttl": "1h"},
+        "kafka": {"bootstrap_servers": kafka.bootstrap_servers, "input_topic": f"{name}-in",
+                  "changelog_topic": name, "changelog_partitions": 2},
+        "eviction": {"lease": "60s"},
+        "stream": {"checkpoint": str(tmp_path / "ckpt")},
+    })
+    kc = clients(conf, kafka)
+    topic.create(kc, conf.changelog)
+    kc.create_topic(conf.kafka.input_topic, 1)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+    for i in range(5):
+        producer.produce(conf.kafka.input_topic, key=b"k%d" % i, value=b"v",
+                         timestamp=int(time.time() * 1000))
+    producer.flush(30)
+    store = DeltaStore(spark, conf.store)
+    publisher = Publisher(spark, store.path, name, kc, conf.changelog)
+    takers: list[Publisher] = []
+    real = publisher.publish_known
+
+    def fenced_first(version, changes):
+        # Another instance of this store's publisher starts: the broker fences this one.
+        takers.append(Publisher(spark, store.path, name, kc, conf.changelog))
+        return real(version, changes)
+
+    publisher.publish_known = fenced_first
+    lease = Lease(spark, store.path, duration_ms=60_000, holder=f"stream:{name}")
+    job = StreamJob(conf, spark, store, kc, publisher, lease)
+    with pytest.raises(PublisherFenced):
+        job.run(available_now=True)
+    assert takers, "the batch's publication never ran"
+    assert job.summary.published == 0
+    batch = delta_log.last_engine_commit(spark, store.path, having="input_offsets")
+    assert batch is not None and batch.metadata["input_offsets"] == {"0": 5}
+    assert takers[0].publish().records == 5  # the committed batch is still published
+    takers[0].close()
+    state = Lease(spark, store.path).current()
+    assert state is None or state.owner is None, state

@@ -32,6 +32,13 @@ log = logging.getLogger(__name__)
 
 API_PARTITION = -1  # point writes are not from an input partition
 WARM_GROUP = "ttl-warm-snapshot"  # the Spark job group of the snapshot warm-up
+#: The store session's broadcast-join threshold: a batch's MERGE source (its changed rows,
+#: at most ``stream.max_offsets_per_trigger``) is broadcast to the table's scan instead of
+#: both being shuffled. Measured on a 1M-key store, 100k-record batches alternated between
+#: two stores (``tests.bench.store_bench``-like): MERGE 4.99 s against 5.80 s with Spark's
+#: 10 MB default (64 MB: 5.31 s; Spark's size estimate of the source is well above its
+#: bytes). A source estimated larger than this is joined the default way.
+MERGE_BROADCAST_BYTES = 200 * 1024 * 1024
 
 
 class DeltaStore:
@@ -41,6 +48,7 @@ class DeltaStore:
                  wall_clock: Clock | None = None, check_ttl: bool = True) -> None:
         # Its own session: commit settings (userMetadata, txn ids) never leak to others.
         self.spark = spark.newSession()
+        self.spark.conf.set("spark.sql.autoBroadcastJoinThreshold", str(MERGE_BROADCAST_BYTES))
         self.conf = conf
         self.path = conf.path
         self.dead_letter_path = conf.dead_letters
