@@ -18,13 +18,9 @@ from ttl.stream import StreamJob
 pytestmark = pytest.mark.integration
 
 
-def test_a_failing_publication_still_gives_back_the_lease_and_closes_the_producer(
-        spark, kafka, tmp_path):
-    """Reliability 13: the changelog cannot be published (injected: every publish raises,
-    as a broker that went away would). The run fails with that error, not one raised while
-    stopping, and it still closes its producer and gives back its lease, so the next run
-    does not wait a lease period."""
-    name = f"sd-{uuid.uuid4().hex[:8]}"
+def _stream_parts(spark, kafka, tmp_path, prefix: str):
+    """A profile with its changelog topic, store and publisher (what ``ttl run`` builds)."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
     conf = from_dict({
         "store": {"name": name, "path": str(tmp_path / "store"), "ttl": "1h"},
         "kafka": {"bootstrap_servers": kafka.bootstrap_servers, "input_topic": f"{name}-in",
@@ -35,7 +31,16 @@ def test_a_failing_publication_still_gives_back_the_lease_and_closes_the_produce
     kc = clients(conf, kafka)
     topic.create(kc, conf.changelog)
     store = DeltaStore(spark, conf.store)
-    publisher = Publisher(spark, store.path, name, kc, conf.changelog)
+    return name, conf, kc, store, Publisher(spark, store.path, name, kc, conf.changelog)
+
+
+def test_a_failing_publication_still_gives_back_the_lease_and_closes_the_producer(
+        spark, kafka, tmp_path):
+    """Reliability 13: the changelog cannot be published (injected: every publish raises,
+    as a broker that went away would). The run fails with that error, not one raised while
+    stopping, and it still closes its producer and gives back its lease, so the next run
+    does not wait a lease period."""
+    name, conf, kc, store, publisher = _stream_parts(spark, kafka, tmp_path, "sd")
     closed = []
     real_close = publisher.close
 
@@ -69,24 +74,13 @@ def test_a_batch_publication_fenced_in_the_background_stops_the_run_with_that_er
     from ttl import delta_log
     from ttl.errors import PublisherFenced
 
-    name = f"fb-{uuid.uuid4().hex[:8]}"
-    conf = from_dict({
-        "store": {"name": name, "path": str(tmp_path / "store"), "ttl": "1h"},
-        "kafka": {"bootstrap_servers": kafka.bootstrap_servers, "input_topic": f"{name}-in",
-                  "changelog_topic": name, "changelog_partitions": 2},
-        "eviction": {"lease": "60s"},
-        "stream": {"checkpoint": str(tmp_path / "ckpt")},
-    })
-    kc = clients(conf, kafka)
-    topic.create(kc, conf.changelog)
+    name, conf, kc, store, publisher = _stream_parts(spark, kafka, tmp_path, "fb")
     kc.create_topic(conf.kafka.input_topic, 1)
     producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
     for i in range(5):
         producer.produce(conf.kafka.input_topic, key=b"k%d" % i, value=b"v",
                          timestamp=int(time.time() * 1000))
     producer.flush(30)
-    store = DeltaStore(spark, conf.store)
-    publisher = Publisher(spark, store.path, name, kc, conf.changelog)
     takers: list[Publisher] = []
     real = publisher.publish_known
 
