@@ -192,8 +192,8 @@ class StreamJob:
              and self.query.stop()),
             ("finish the snapshot warm-up", self.store.settle),
             ("stop the scheduler", lambda: scheduler.running and scheduler.shutdown(wait=True)),
-            ("publish the last versions", lambda: self._publication_error is None
-             and self._publish_locked()),
+            # Also joins a batch's publication under way, and raises its error.
+            ("publish the last versions", self._publish_locked),
             ("close the changelog producer", self.publisher.close),
             ("release the lease", self.lease.release),
             ("stop the metrics endpoint", self._close_metrics),
@@ -391,8 +391,13 @@ class StreamJob:
                 with phases.phase("publish_wait"):  # the previous batch's publication
                     self._await_publication()
                 jobs, own = phases.spark_jobs(), time.monotonic() - phases.started
-                self._publish_behind(result, phases, lambda published: self._batch_done(
-                    batch_id, result, evicted, published, phases, jobs, own, offsets))
+                # Up to this batch's (and its sweep's) version only: the next batch's commit
+                # is published by the next batch, from its own rows.
+                upto = delta_log.latest_version(self.spark, self.store.path)
+                stream_time = self.store.stream_time.value
+                self._publish_behind(result, upto, phases, lambda published: self._batch_done(
+                    batch_id, result, evicted, published, phases, jobs, own, offsets,
+                    stream_time))
             finally:
                 self.lock.release()
             self.position = offsets
@@ -401,14 +406,14 @@ class StreamJob:
             phases.close()  # on this thread (the job group is a thread's property)
 
     def _batch_done(self, batch_id: int, result, evicted: dict, published, phases, jobs,
-                    own: float, offsets: dict[str, int]) -> None:
+                    own: float, offsets: dict[str, int], stream_time: int | None) -> None:
         """The batch is published: account for it and write its log line (from the
         publication's thread; ``duration_s`` is the batch's own time, its publication,
         overlapping the next batch, is ``phases_s.publish``)."""
         self._account(result, evicted, published)
         seconds = phases.as_dict()
         seconds["total"] = round(own, 3)
-        self.metrics.batch(result.counts, seconds, self.store.stream_time.value)
+        self.metrics.batch(result.counts, seconds, stream_time)
         batch_log.info(json.dumps({
             "batch": batch_id, "records_in": result.counts.records,
             "upserted": result.counts.upserted, "deleted": result.counts.deleted,
@@ -420,7 +425,7 @@ class StreamJob:
             "publication_lag_versions": published.lag_versions,
             "duration_s": seconds["total"], "phases_s": seconds,
             "spark_jobs": jobs, "write_metrics": result.metrics,
-            "stream_time": self.store.stream_time.value, "applied": result.applied,
+            "stream_time": stream_time, "applied": result.applied,
             "input_offsets": offsets, "catch_up": self._catch_up(offsets),
         }, sort_keys=True))
 
@@ -493,18 +498,19 @@ class StreamJob:
         self._await_publication()
         return self._publish_now(written)
 
-    def _publish_now(self, written=None):
-        """Publish every unpublished version; the batch's own version from the changes it
-        wrote when they are known (no change-feed read), in commit order either way."""
+    def _publish_now(self, written=None, until: int | None = None):
+        """Publish every unpublished version (up to ``until``); the batch's own version from
+        the changes it wrote when they are known (no change-feed read), in commit order
+        either way."""
         if written is not None and written.changes is not None:
-            result = self.publisher.publish_known(written.version, written.changes)
+            result = self.publisher.publish_known(written.version, written.changes, until)
         else:
-            result = self.publisher.publish()
+            result = self.publisher.publish(until)
         self.summary.published += result.records
         self.metrics.publication(result)
         return result
 
-    def _publish_behind(self, written, phases: BatchPhases, done) -> None:
+    def _publish_behind(self, written, until: int, phases: BatchPhases, done) -> None:
         """Publish a batch in the background: the next batch reads, looks up, folds and
         writes meanwhile (its Spark work and this Python/Kafka work overlap), and waits for
         it before its own publication (``_await_publication``), so versions still go out
@@ -515,7 +521,7 @@ class StreamJob:
         def publish() -> None:
             try:
                 with phases.phase("publish"):
-                    published = self._publish_now(written)
+                    published = self._publish_now(written, until)
                 done(published)
             except BaseException as exc:  # noqa: BLE001 - surfaced by the stream's loop
                 self._publication_error = self.batch_error = exc
@@ -529,9 +535,13 @@ class StreamJob:
     def _await_publication(self) -> None:
         """Wait for the batch publication under way, if any; raise its error (every time:
         the run is ending with it, and nothing may publish past it)."""
-        thread, self._publication = self._publication, None
+        # Joined before it is forgotten: a second caller (the run's loop is not under the
+        # lock; publishers are) must not see "none under way" while it still runs.
+        thread = self._publication
         if thread is not None:
             thread.join()
+            if self._publication is thread:
+                self._publication = None
         if self._publication_error is not None:
             raise self._publication_error
 

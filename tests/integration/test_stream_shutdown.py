@@ -84,10 +84,10 @@ def test_a_batch_publication_fenced_in_the_background_stops_the_run_with_that_er
     takers: list[Publisher] = []
     real = publisher.publish_known
 
-    def fenced_first(version, changes):
+    def fenced_first(version, changes, until=None):
         # Another instance of this store's publisher starts: the broker fences this one.
         takers.append(Publisher(spark, store.path, name, kc, conf.changelog))
-        return real(version, changes)
+        return real(version, changes, until)
 
     publisher.publish_known = fenced_first
     lease = Lease(spark, store.path, duration_ms=60_000, holder=f"stream:{name}")

@@ -222,7 +222,7 @@ class Publisher:
                      result.puts, result.tombstones, result.seconds, result.lag_versions)
         return result
 
-    def publish_known(self, version: int, changes) -> PublishResult:
+    def publish_known(self, version: int, changes, until: int | None = None) -> PublishResult:
         """Publish ``version`` from the changes its writer already holds, without reading the
         change data feed back, then anything after it (from the feed).
 
@@ -230,15 +230,15 @@ class Publisher:
         this one commit from those changes (the stream's batch MERGE: one row per changed
         key, final state); otherwise this is ``publish()``. ``changes`` is an Arrow table
         with ``kind`` (upsert/delete), ``key``, ``value``, ``ts``, ``headers``,
-        ``record_ttl``.
+        ``record_ttl``. ``until`` bounds what follows, as in ``publish``.
         """
         if self.progress.version != version + self.offset - 1:
-            return self.publish()
+            return self.publish(until)
         started = time.monotonic()
         result = PublishResult(published_version=self.progress.version,
                                table_version=version + self.offset)
         self._publish_range(version, version, result, rows=_known_rows(version, changes))
-        rest = self.publish()
+        rest = self.publish(until)
         result.versions += rest.versions
         result.records += rest.records
         result.puts += rest.puts
