@@ -6,7 +6,7 @@
 Starts a local Kafka broker, creates the changelog topics (3 partitions), bulk-loads
 ``--changes`` rows into a store table in one Delta commit and times ``Publisher.publish()``
 over it (records/s). The two halves are then timed apart: reading the change feed (the
-same query as ``Publisher._changes``, drained with ``toLocalIterator``, plus building the
+same query as ``Publisher._changes``, drained in Arrow batches, plus building the
 changelog records) and producing the same number of similar records in one transaction
 with the publisher's producer settings.
 
@@ -30,6 +30,7 @@ from pathlib import Path
 
 from tests.bench.machine import machine_facts
 from tests.support import bulk_load
+from ttl import delta_log
 from ttl.changelog import topic
 from ttl.changelog.publisher import Publisher
 from ttl.clock import FixedClock
@@ -61,7 +62,7 @@ def time_feed_read(pub: Publisher, start: int, end: int) -> tuple[int, float, fl
     started = time.monotonic()
     building = 0.0
     rows = 0
-    metadata = pub._metadata(start, end)
+    metadata = delta_log.engine_metadata(pub.spark, pub.path, start, end)
     for row in pub._changes(start, end):
         t = time.perf_counter()
         pub._record(row, row["_commit_version"], metadata.get(row["_commit_version"], {}),
@@ -134,7 +135,7 @@ def run(args) -> None:
                   f"{result.records / result.seconds:,.0f} records/s", flush=True)
             assert result.records == args.changes, result
             rows, feed_s, build_s = time_feed_read(pub, 0, result.published_version)
-            print(f"[1a] change feed read (same query, toLocalIterator, +_record): {rows:,} "
+            print(f"[1a] change feed read (same query, Arrow batches, +_record): {rows:,} "
                   f"rows in {feed_s:.1f} s = {rows / feed_s:,.0f} rows/s "
                   f"(of which building records {build_s:.1f} s)", flush=True)
             produce_s = time_produce(kconf, bootstrap, args.changes)

@@ -248,8 +248,9 @@ class Publisher:
         result.seconds = time.monotonic() - started
         return result
 
-    def _changes(self, start: int, end: int) -> Iterator:
-        """Per (version, key) the row that says how the key ends in that version."""
+    def _changes(self, start: int, end: int) -> Iterator[dict]:
+        """Per (version, key) the row that says how the key ends in that version, in version
+        order, read in Arrow batches (``_change_rows``)."""
         from pyspark.sql import functions as F
 
         cdf = (self.spark.read.format("delta").option("readChangeFeed", "true")
@@ -259,8 +260,9 @@ class Publisher:
         final = (cdf.groupBy("_commit_version", "key")
                  .agg(F.max_by(F.struct("value", "ts", "headers", "record_ttl",
                                         present.alias("present")), present).alias("r"))
+                 .select("_commit_version", "key", "r.*")
                  .orderBy("_commit_version"))
-        return final.toLocalIterator()
+        return _change_rows(final)
 
     def _publish_range(self, start: int, end: int, result: PublishResult,
                        rows: Iterator | None = None) -> None:
@@ -315,7 +317,7 @@ class Publisher:
             *(F.lit(None).cast(table.schema[c].dataType).alias(c) for c in record),
             F.lit(0).alias("present")).alias("r"))
         rows = (puts.unionByName(tombstones)
-                .select(F.lit(latest).cast("bigint").alias("_commit_version"), "key", "r"))
+                .select(F.lit(latest).cast("bigint").alias("_commit_version"), "key", "r.*"))
         committed = Progress(self.progress.version, self.progress.stream_time,
                              dict(self.progress.input_offsets))
         result = PublishResult(published_version=self.progress.version,
@@ -326,7 +328,7 @@ class Publisher:
             self._carry({"stream_time": delta_log.max_stream_time(self.spark, self.path),
                          "input_offsets": (position.metadata or {}).get("input_offsets")
                          if position is not None else None})
-            self._publish_range(latest, latest, result, rows=rows.toLocalIterator())
+            self._publish_range(latest, latest, result, rows=_change_rows(rows))
         except BaseException:
             self.progress = committed
             raise
@@ -397,14 +399,13 @@ class Publisher:
             self.progress.input_offsets = {**self.progress.input_offsets,
                                            **meta["input_offsets"]}
 
-    def _record(self, row, version: int, meta: dict, expired: set[str]) -> fmt.ChangelogRecord:
-        key = bytes(row["key"])
-        r = row["r"]
-        if r["present"]:
-            headers = tuple((h["key"], None if h["value"] is None else bytes(h["value"]))
-                            for h in r["headers"] or ())
-            return fmt.put(key, bytes(r["value"]), r["ts"], headers, version,
-                           self.progress.stream_time, r["record_ttl"])
+    def _record(self, row: dict, version: int, meta: dict,
+                expired: set[str]) -> fmt.ChangelogRecord:
+        key = row["key"]
+        if row["present"]:
+            headers = tuple((h["key"], h["value"]) for h in row["headers"] or ())
+            return fmt.put(key, row["value"], row["ts"], headers, version,
+                           self.progress.stream_time, row["record_ttl"])
         if meta.get("op") == OP_SWEEP:
             return fmt.tombstone(key, "expire", version, self.progress.stream_time,
                                  meta.get("clock"))
@@ -453,14 +454,22 @@ def _first_line(exc: BaseException) -> str:
     return lines[0][:300] if lines else type(exc).__name__
 
 
+def _change_rows(frame) -> Iterator[dict]:
+    """A frame of ``_changes``'s columns as flat dicts, read in Arrow batches in its order."""
+    from ttl.spark import arrow_batches
+
+    for batch in arrow_batches(frame):
+        yield from batch.to_pylist()
+
+
 def _known_rows(version: int, changes) -> Iterator[dict]:
     """A batch's changes (Arrow) in the shape of ``_changes``'s rows, one per key."""
     for batch in changes.to_batches(max_chunksize=10_000):
         for row in batch.to_pylist():
-            yield {"_commit_version": version, "key": row["key"],
-                   "r": {"value": row["value"], "ts": row["ts"], "headers": row["headers"],
-                         "record_ttl": row["record_ttl"],
-                         "present": 1 if row["kind"] == "upsert" else 0}}
+            yield {"_commit_version": version, "key": row["key"], "value": row["value"],
+                   "ts": row["ts"], "headers": row["headers"],
+                   "record_ttl": row["record_ttl"],
+                   "present": 1 if row["kind"] == "upsert" else 0}
 
 
 def _batch_clock(meta: dict) -> str:
