@@ -28,6 +28,9 @@ import enum
 import json
 import logging
 import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ttl import commit, delta_log
@@ -92,6 +95,12 @@ class RestoreResult:
     # changelog cannot be continued from this table without a re-seed.
     partial: bool = False
     changelog_version: int | None = None  # the restore's version on the changelog
+    # Where the time went (seconds): ``read`` (the topic read and per-key aggregate, one
+    # Spark job), ``table_wait`` (the target's creation or check, run beside the read, not
+    # yet done when the read was), ``write`` (the overwrite commit), ``finish`` (its
+    # figures and the version marks).
+    phases_s: dict[str, float] = field(default_factory=dict)
+    _read_fraction: float = field(default=0.0, repr=False)
 
     def move(self, new: State) -> None:
         if new not in _ALLOWED[self.state]:
@@ -100,7 +109,11 @@ class RestoreResult:
         self.state = new
 
     def report_reading(self, fraction: float) -> None:
-        """Progress while reading: records read (estimated from finished tasks) of total."""
+        """Progress while reading: records read (estimated from finished tasks) of total.
+
+        Never backwards: the estimate drops when the aggregate's second stage adds its
+        tasks (seen: 40% then 36%), which says nothing about the records read."""
+        fraction = self._read_fraction = max(fraction, self._read_fraction)
         log.info("restore of %s: reading, ~%d of %d records (%.0f%%)", self.target,
                  round(fraction * self.records_total), self.records_total, 100 * fraction)
         if self.bar is not None:
@@ -117,7 +130,8 @@ class RestoreResult:
                 f"restored into {self.target} at version {self.version} (changelog version "
                 f"{self.changelog_version}), last ttl.version "
                 f"{self.last_version}, stream time {self.stream_time}, swept {self.swept}, "
-                f"{self.seconds:.1f} s ({self.rate:,.0f} records/s)"
+                f"{self.seconds:.1f} s ({self.rate:,.0f} records/s; "
+                + ", ".join(f"{k} {v:.1f} s" for k, v in self.phases_s.items()) + ")"
                 + "".join(f"\nwarning: {w}" for w in self.warnings))
 
 
@@ -327,42 +341,51 @@ def restore(spark, conf: Config, kafka: KafkaClients, target: str, *,
         # sees nothing after its version.
         keyed = per_key(converted, until_version).persist()
         result.bar = bar(result.records_total, f"restore {name}: reading")
-        try:
-            with result.bar, SparkProgress(spark, result.report_reading):
-                stats = keyed.agg(F.coalesce(F.sum("n"), F.lit(0)).alias("n"),
-                                  F.max("v").alias("v"), F.max("st").alias("st"),
-                                  F.min("beyond").alias("beyond"),
-                                  F.max("t_in").alias("t_in"),
-                                  F.max("v_all").alias("v_all")).first()
-            result.records_read = stats.n
-            if until_version is not None or until_offsets is not None:
-                beyond = stats.beyond if until_offsets is None else _first_append_after(
-                    kafka, name, result.end_offsets, marks)
-                result.warnings += compaction_warnings(
-                    _settings(kafka, name, result), name, beyond, stats.t_in,
-                    int(time.time() * 1000), point_is_progress=point_is_progress)
-            if stats.n == 0 and _has_rows(spark, target):
-                raise RestoreError(f"changelog {name} is empty but {target} has entries: "
-                                   "refusing to replace them with nothing (wrong topic?)")
-            result.last_version = stats.v
-            result.stream_time = stats.st
-            if progress is not None:
-                _resume_from(progress, result)
-            # The highest version the changelog is known to hold: the restored table's
-            # versions continue after it there (its version offset).
-            own_records = stats.v_all if name == conf.kafka.changelog_topic else None
-            result.changelog_floor = max((v for v in (own_records, own and own.version)
-                                          if v is not None), default=None)
-            result.move(State.WRITING)
+        # The target is created (or its layout checked) beside the read: the first Delta
+        # commit of a process takes seconds on its own (3.3 s measured after a 1M-record
+        # read, on 2 cores), most of it the driver's, while the read keeps the executors.
+        with ThreadPoolExecutor(1, thread_name_prefix="ttl-restore-table") as pool:
+            table = pool.submit(layout.ensure_store_table, spark, target, conf.store.name,
+                                conf.store.ttl, deletion_vectors=conf.store.deletion_vectors)
             try:
-                _write(spark, conf, target, live_last(keyed), result, wall_ms)
-            except Exception as exc:
-                split = _split_key(exc)
-                if split is None:
-                    raise
-                raise split from None
-        finally:
-            keyed.unpersist()
+                with _phase(result, "read"), result.bar, \
+                        SparkProgress(spark, result.report_reading):
+                    stats = keyed.agg(F.coalesce(F.sum("n"), F.lit(0)).alias("n"),
+                                      F.max("v").alias("v"), F.max("st").alias("st"),
+                                      F.min("beyond").alias("beyond"),
+                                      F.max("t_in").alias("t_in"),
+                                      F.max("v_all").alias("v_all")).first()
+                result.records_read = stats.n
+                if until_version is not None or until_offsets is not None:
+                    beyond = stats.beyond if until_offsets is None else _first_append_after(
+                        kafka, name, result.end_offsets, marks)
+                    result.warnings += compaction_warnings(
+                        _settings(kafka, name, result), name, beyond, stats.t_in,
+                        int(time.time() * 1000), point_is_progress=point_is_progress)
+                with _phase(result, "table_wait"):
+                    props = table.result()
+                if stats.n == 0 and _has_rows(spark, target):
+                    raise RestoreError(f"changelog {name} is empty but {target} has entries: "
+                                       "refusing to replace them with nothing (wrong topic?)")
+                result.last_version = stats.v
+                result.stream_time = stats.st
+                if progress is not None:
+                    _resume_from(progress, result)
+                # The highest version the changelog is known to hold: the restored table's
+                # versions continue after it there (its version offset).
+                own_records = stats.v_all if name == conf.kafka.changelog_topic else None
+                result.changelog_floor = max((v for v in (own_records, own and own.version)
+                                              if v is not None), default=None)
+                result.move(State.WRITING)
+                try:
+                    _write(spark, conf, target, props, live_last(keyed), result, wall_ms)
+                except Exception as exc:
+                    split = _split_key(exc)
+                    if split is None:
+                        raise
+                    raise split from None
+            finally:
+                keyed.unpersist()
         result.move(State.DONE)
     except Exception:
         if result.state is not State.DONE:
@@ -484,15 +507,15 @@ def _has_rows(spark, path: str) -> bool:
     return spark.read.format("delta").load(path).limit(1).count() > 0
 
 
-def _write(spark, conf: Config, target: str, latest, result: RestoreResult,
-           wall_ms: int | None) -> None:
+def _write(spark, conf: Config, target: str, props: dict[str, str], latest,
+           result: RestoreResult, wall_ms: int | None) -> None:
+    """The one overwrite commit of the restored rows into ``target`` (created beforehand,
+    ``props`` its properties then), and the marks that follow it."""
     from pyspark.sql import functions as F
 
     from ttl.clock import WallClock
 
     now = WallClock().now_ms() if wall_ms is None else wall_ms
-    props = layout.ensure_store_table(spark, target, conf.store.name, conf.store.ttl,
-                                      deletion_vectors=conf.store.deletion_vectors)
     rows = latest.select(
         F.col("key"), F.col("value"), F.col("ts"), F.col("headers"),
         _expiry(conf.store.ttl).alias("expires_at"), F.lit(now).cast("bigint").alias(
@@ -501,13 +524,24 @@ def _write(spark, conf: Config, target: str, latest, result: RestoreResult,
             "end_offsets": {str(k): v for k, v in result.end_offsets.items()},
             "last_version": result.last_version, "stream_time": result.stream_time,
             "input_offsets": result.input_offsets, "records_read": result.records_read}
-    rows.write.format("delta").mode("overwrite").option(
-        "userMetadata", commit.encode(meta)).save(target)
-    written = delta_log.latest_commit(spark, target)
-    result.version = written.version
-    result.keys_restored = written.metric("numOutputRows")  # no second pass over the rows
-    offset = _continue_versions(spark, target, props, written.version, result)
-    result.changelog_version = written.version + offset
+    with _phase(result, "write"):
+        rows.write.format("delta").mode("overwrite").option(
+            "userMetadata", commit.encode(meta)).save(target)
+    with _phase(result, "finish"):
+        written = delta_log.latest_commit(spark, target)
+        result.version = written.version
+        result.keys_restored = written.metric("numOutputRows")  # no second pass over the rows
+        offset = _continue_versions(spark, target, props, written.version, result)
+        result.changelog_version = written.version + offset
+
+
+@contextmanager
+def _phase(result: RestoreResult, name: str) -> Iterator[None]:
+    began = time.monotonic()
+    try:
+        yield
+    finally:
+        result.phases_s[name] = result.phases_s.get(name, 0.0) + time.monotonic() - began
 
 
 def _continue_versions(spark, target: str, props: dict[str, str], version: int,

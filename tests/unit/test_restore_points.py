@@ -62,3 +62,16 @@ def test_a_point_in_time_restore_warns_when_compaction_could_have_removed_its_re
     assert compaction_warnings(settings, "cl", None, now - 2 * day, now,
                                point_is_progress=True) == []
     assert len(compaction_warnings(settings, "cl", now - 2 * day, now - 3 * day, now)) == 2
+
+
+def test_reading_progress_never_goes_backwards():
+    from ttl.restore import RestoreResult
+
+    result = RestoreResult("topic", "target", records_total=1000)
+    for fraction in (0.0, 0.4, 0.36, 1.0):  # the second stage's tasks lower the estimate
+        result.report_reading(fraction)
+    assert result._read_fraction == 1.0
+    result = RestoreResult("topic", "target", records_total=1000)
+    result.report_reading(0.4)
+    result.report_reading(0.36)
+    assert result._read_fraction == 0.4

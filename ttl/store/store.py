@@ -267,6 +267,11 @@ def _headers(raw) -> Headers:
 
 
 def _iterate(frame) -> Iterator[tuple[bytes, ValueTimestampHeaders]]:
-    for row in frame.orderBy("key").toLocalIterator():
-        yield bytes(row.key), ValueTimestampHeaders(bytes(row.value), row.ts,
-                                                    _headers(row.headers))
+    """The frame's entries in key order, read in Arrow batches (``arrow_batches``): a range
+    or ``all()`` over a large store streams without a Python ``Row`` per entry."""
+    from ttl.spark import arrow_batches
+
+    for batch in arrow_batches(frame.select("key", "value", "ts", "headers").orderBy("key")):
+        for row in batch.to_pylist():
+            headers = tuple((h["key"], h["value"]) for h in row["headers"] or ())
+            yield row["key"], ValueTimestampHeaders(row["value"], row["ts"], headers)
