@@ -142,6 +142,7 @@ class StreamJob:
                 signal.signal(sig, lambda *_: self.stop())
             with self.lock:
                 self._publish()  # catch up on versions an earlier run left unpublished
+                eviction.prime_expiry_floor(self.store)
             scheduler.start()
             # The input's (first, last stable) offsets, read once: the lost-input check,
             # a new checkpoint's partitions and an --available-now catch-up's target.

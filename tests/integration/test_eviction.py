@@ -14,6 +14,7 @@ from ttl.changelog import topic
 from ttl.changelog.publisher import Publisher
 from ttl.clock import FixedClock, WallClock
 from ttl.config import ChangelogConfig, KafkaConfig, StoreConfig, from_dict
+from ttl.expiry_floor import NEVER
 from ttl.lease import Lease
 from ttl.record import InputRecord
 from ttl.store import DeltaStore
@@ -274,3 +275,16 @@ def test_a_sweep_with_nothing_due_commits_nothing_and_a_foreign_write_is_still_s
     store.apply_records(recs((b"c", b"v", NOW - 59_000)))  # expires at NOW + 1 s
     assert eviction.sweep(store, "wall", NOW + 500).nothing_due == NOW + 1_000
     assert eviction.sweep(store, "wall", NOW + 1_000).evicted == 1
+
+
+def test_priming_the_floor_lets_a_new_runs_first_sweep_skip_without_reading_the_table(
+        spark, table_path):
+    make_store(spark, table_path, ttl=60_000).apply_records(recs((b"a", b"v", NOW)))
+    reopened = make_store(spark, table_path, ttl=60_000)  # a new run: nothing known yet
+    version, table_id = delta_log.position(spark, table_path)
+    assert reopened.expiry_floor.known_at(version, table_id) is None
+    assert eviction.prime_expiry_floor(reopened) == NOW + 60_000
+    assert reopened.expiry_floor.known_at(version, table_id) == NOW + 60_000
+    assert eviction.sweep(reopened, "wall", NOW + 1_000).nothing_due == NOW + 60_000
+    empty = make_store(spark, table_path + "-empty", ttl=60_000)
+    assert eviction.prime_expiry_floor(empty) == NEVER  # nothing expires
