@@ -28,12 +28,12 @@ import enum
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from ttl import commit, delta_log
+from ttl import commit, config, delta_log
 from ttl.changelog import topic
 from ttl.changelog.publisher import published_progress
 from ttl.config import Config
@@ -341,12 +341,8 @@ def restore(spark, conf: Config, kafka: KafkaClients, target: str, *,
         # sees nothing after its version.
         keyed = per_key(converted, until_version).persist()
         result.bar = bar(result.records_total, f"restore {name}: reading")
-        # The target is created (or its layout checked) beside the read: the first Delta
-        # commit of a process takes seconds on its own (3.3 s measured after a 1M-record
-        # read, on 2 cores), most of it the driver's, while the read keeps the executors.
         with ThreadPoolExecutor(1, thread_name_prefix="ttl-restore-table") as pool:
-            table = pool.submit(layout.ensure_store_table, spark, target, conf.store.name,
-                                conf.store.ttl, deletion_vectors=conf.store.deletion_vectors)
+            table = _target_table(spark, conf, target, pool)
             try:
                 with _phase(result, "read"), result.bar, \
                         SparkProgress(spark, result.report_reading):
@@ -363,7 +359,7 @@ def restore(spark, conf: Config, kafka: KafkaClients, target: str, *,
                         _settings(kafka, name, result), name, beyond, stats.t_in,
                         int(time.time() * 1000), point_is_progress=point_is_progress)
                 with _phase(result, "table_wait"):
-                    props = table.result()
+                    props = table()
                 if stats.n == 0 and _has_rows(spark, target):
                     raise RestoreError(f"changelog {name} is empty but {target} has entries: "
                                        "refusing to replace them with nothing (wrong topic?)")
@@ -395,6 +391,37 @@ def restore(spark, conf: Config, kafka: KafkaClients, target: str, *,
         result.seconds = time.monotonic() - started
     log.info("%s", result.summary())
     return result
+
+
+def _target_table(spark, conf: Config, target: str,
+                  pool: ThreadPoolExecutor) -> Callable[[], dict[str, str]]:
+    """The target's properties once it exists, as a call for the write to make.
+
+    * An existing table's layout is checked now, before the read: a wrong one fails at
+      once, not after reading the whole topic.
+    * A new table at a new path (``--target``, a drill) is created beside the read: the
+      first Delta commit of a process takes seconds on its own (3.3 s measured after a
+      1M-record read, on 2 cores), mostly the driver's, while the read keeps the executors
+      busy. A restore that fails leaves it empty, and a retry overwrites it.
+    * The store's own path, gone (a disaster recovery), is created only after the read:
+      an empty table there would stand for the store (``ttl restore`` checks a table at
+      that path before replacing it).
+    """
+    def create() -> dict[str, str]:
+        return layout.ensure_store_table(spark, target, conf.store.name, conf.store.ttl,
+                                         deletion_vectors=conf.store.deletion_vectors)
+
+    if delta_log.is_delta_table(spark, target):
+        props = create()
+        return lambda: props
+    if _same_path(target, conf.store.path):
+        return create
+    return pool.submit(create).result
+
+
+def _same_path(a: str, b: str) -> bool:
+    return (str(config.absolute_location(a)).rstrip("/")
+            == str(config.absolute_location(b)).rstrip("/"))
 
 
 def _first_append_after(kafka: KafkaClients, name: str, ends: dict[int, int],

@@ -90,9 +90,13 @@ def _python() -> str:
     return sys.executable
 
 
-def arrow_batches(frame) -> Iterator:
-    """A DataFrame's rows as Arrow record batches, in the frame's order, one partition at a
+def arrow_batches(frame, *, prefetch: bool = True) -> Iterator:
+    """A DataFrame's rows as Arrow record batches, in the frame's order, a partition at a
     time: what ``toLocalIterator`` does, without turning each row into a Python ``Row``.
+
+    With ``prefetch`` Spark computes the next partition while this one is read (the driver
+    then holds two); a caller that may stop early (a range scan) passes ``False``, and one
+    that may fail midway closes the iterator, which ends the serving job.
 
     Why: ``toLocalIterator`` builds ~100k ``Row`` objects a second, and ``toArrow`` holds
     the whole result in the driver at once; the publisher reads change feeds (and a re-seed
@@ -103,7 +107,9 @@ def arrow_batches(frame) -> Iterator:
     PySpark itself uses: the JVM Dataset's Arrow batch RDD (``toArrowBatchRdd``, each
     element one IPC record-batch message, at most ``arrow.maxRecordsPerBatch`` rows) served
     partition by partition (``PythonRDD.toLocalIteratorAndServe``, the server behind
-    ``toLocalIterator``). Runs on the JVM only: no Python workers.
+    ``toLocalIterator``). Runs on the JVM only: no Python workers. Unlike ``collect``, it
+    runs outside a SQL execution (no SQL UI entry); a timestamp column would come back as
+    UTC-aware values, not ``Row``'s naive local ones.
     """
     import pyarrow as pa
     from pyspark.serializers import NoOpSerializer
@@ -115,6 +121,6 @@ def arrow_batches(frame) -> Iterator:
                              prefers_large_types=session._jconf.arrowUseLargeVarTypes())
     jvm = session.sparkContext._jvm
     served = jvm.org.apache.spark.api.python.PythonRDD.toLocalIteratorAndServe(
-        frame._jdf.toArrowBatchRdd(), True)
+        frame._jdf.toArrowBatchRdd(), prefetch)
     for message in _local_iterator_from_socket(served, NoOpSerializer()):
         yield pa.ipc.read_record_batch(pa.py_buffer(message), schema)

@@ -142,7 +142,11 @@ class StreamJob:
                 signal.signal(sig, lambda *_: self.stop())
             with self.lock:
                 self._publish()  # catch up on versions an earlier run left unpublished
-                eviction.prime_expiry_floor(self.store)
+                try:
+                    eviction.prime_expiry_floor(self.store)
+                except Exception:  # noqa: BLE001 - only a shortcut: the sweep computes it
+                    log.warning("could not learn %s's earliest expiry at start-up; the "
+                                "first sweep will", self.conf.store.name, exc_info=True)
             scheduler.start()
             # The input's (first, last stable) offsets, read once: the lost-input check,
             # a new checkpoint's partitions and an --available-now catch-up's target.

@@ -15,6 +15,7 @@ from ttl.changelog import topic
 from ttl.changelog.publisher import Publisher, read_progress
 from ttl.clock import FixedClock
 from ttl.config import from_dict
+from ttl.errors import LayoutError
 from ttl.record import InputRecord
 from ttl.restore import RestoreError, State, restore
 from ttl.store import DeltaStore
@@ -217,6 +218,27 @@ def test_a_key_in_two_partitions_is_refused_naming_it(spark, kafka, tmp_path, to
                     source_topic=source)
         assert not os.path.exists(os.path.join(target, "_delta_log",
                                                "00000000000000000001.json"))
+
+
+def test_a_target_of_another_store_is_refused_before_the_topic_is_read(
+        spark, kafka, tmp_path, topic_factory):
+    """The target's layout is checked before the read: its error comes, not the one the
+    read and write of this topic would raise (a key in two partitions)."""
+    conf = make_conf(tmp_path, kafka, ttl="1d")
+    split = topic_factory("split-layout", partitions=2, config={"cleanup.policy": "compact"})
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+    for partition in (0, 1):
+        producer.produce(split, key=b"two", value=b"v", timestamp=NOW, partition=partition)
+    producer.flush(30)
+    target = str(tmp_path / "other")
+    DeltaStore(spark, conf.store.model_copy(update={"name": "other", "path": target}),
+               wall_clock=FixedClock(NOW))
+    with pytest.raises(LayoutError, match="belongs to store 'other'"):
+        restore(spark, conf, clients(conf, kafka), target, converter="plain",
+                source_topic=split)
+    with pytest.raises(RestoreError, match="more than one changelog partition"):
+        restore(spark, conf, clients(conf, kafka), str(tmp_path / "new"), converter="plain",
+                source_topic=split)
 
 
 def test_a_missing_or_non_compacted_topic_is_a_clear_error(spark, kafka, tmp_path,

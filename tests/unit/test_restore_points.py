@@ -64,14 +64,14 @@ def test_a_point_in_time_restore_warns_when_compaction_could_have_removed_its_re
     assert len(compaction_warnings(settings, "cl", now - 2 * day, now - 3 * day, now)) == 2
 
 
-def test_reading_progress_never_goes_backwards():
+def test_reading_progress_never_goes_backwards(caplog):
+    import re
+
     from ttl.restore import RestoreResult
 
     result = RestoreResult("topic", "target", records_total=1000)
-    for fraction in (0.0, 0.4, 0.36, 1.0):  # the second stage's tasks lower the estimate
-        result.report_reading(fraction)
-    assert result._read_fraction == 1.0
-    result = RestoreResult("topic", "target", records_total=1000)
-    result.report_reading(0.4)
-    result.report_reading(0.36)
-    assert result._read_fraction == 0.4
+    with caplog.at_level("INFO", logger="ttl.restore"):
+        for fraction in (0.0, 0.4, 0.36, 0.5, 1.0):  # 0.36: the second stage's tasks came
+            result.report_reading(fraction)
+    said = [int(m) for m in re.findall(r"~(\d+) of 1000 records", caplog.text)]
+    assert said == [0, 400, 400, 500, 1000]

@@ -356,6 +356,15 @@ class Publisher:
                           rows: Iterator | None = None) -> None:
         metadata = delta_log.engine_metadata(self.spark, self.path, start, end)
         rows = self._changes(start, end) if rows is None else rows
+        try:
+            self._publish_rows(start, end, result, rows, metadata)
+        finally:  # a failure midway ends the change feed's serving job too
+            close = getattr(rows, "close", None)
+            if close is not None:
+                close()
+
+    def _publish_rows(self, start: int, end: int, result: PublishResult, rows: Iterator,
+                      metadata: dict[int, dict]) -> None:
         pending = next(rows, None)
         in_txn = 0
         self.producer.begin_transaction()

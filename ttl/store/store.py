@@ -271,7 +271,8 @@ def _iterate(frame) -> Iterator[tuple[bytes, ValueTimestampHeaders]]:
     or ``all()`` over a large store streams without a Python ``Row`` per entry."""
     from ttl.spark import arrow_batches
 
-    for batch in arrow_batches(frame.select("key", "value", "ts", "headers").orderBy("key")):
+    ordered = frame.select("key", "value", "ts", "headers").orderBy("key")
+    for batch in arrow_batches(ordered, prefetch=False):  # callers may stop early
         for row in batch.to_pylist():
             headers = tuple((h["key"], h["value"]) for h in row["headers"] or ())
             yield row["key"], ValueTimestampHeaders(row["value"], row["ts"], headers)
