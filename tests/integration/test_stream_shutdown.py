@@ -95,6 +95,7 @@ def test_a_batch_publication_fenced_in_the_background_stops_the_run_with_that_er
     with pytest.raises(PublisherFenced):
         job.run(available_now=True)
     assert takers, "the batch's publication never ran"
+    assert publisher.fenced and publisher.producer is None  # dropped, not flushed or aborted
     assert job.summary.published == 0
     batch = delta_log.last_engine_commit(spark, store.path, having="input_offsets")
     assert batch is not None and batch.metadata["input_offsets"] == {"0": 5}

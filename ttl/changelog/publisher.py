@@ -170,6 +170,7 @@ class Publisher:
             "message.max.bytes": max(1_000, max_record_bytes),
         })
         self.producer.init_transactions(60)  # fences any older publisher of this store
+        self.fenced = False  # a newer publisher of this store took over: this one is done
         self.progress = read_progress(kafka, self.progress_topic)
         # Changelog version = Delta version + offset (``fmt.version_offset``); the progress
         # and every ``PublishResult`` speak changelog versions.
@@ -188,11 +189,16 @@ class Publisher:
 
     def close(self) -> None:
         """Flush, then destroy the producer: a producer left alive keeps reconnecting (and
-        logging) after its brokers stopped."""
+        logging) after its brokers stopped.
+
+        A fenced producer is only dropped (destroyed with its last reference): flushing it
+        and the abort ``close()`` tries both fail on it, and only say so in a
+        ``RuntimeWarning``."""
         if self.producer is None:
             return
-        self.producer.flush(30)
-        self.producer.close()
+        if not self.fenced:
+            self.producer.flush(30)
+            self.producer.close()
         self.producer = None
 
     def table_version(self) -> int:
@@ -277,6 +283,7 @@ class Publisher:
             # at produce, add-partitions or commit time, whichever comes first.
             if exc.args and getattr(exc.args[0], "fatal", lambda: False)():
                 self.progress = committed
+                self.fenced = True
                 raise PublisherFenced(f"publisher of {self.store} was fenced: {exc}") from exc
             self._abort(committed)
             raise
@@ -439,6 +446,7 @@ class Publisher:
             self.producer.commit_transaction(self.conf.transaction_timeout / 1000)
         except KafkaException as exc:
             if exc.args and getattr(exc.args[0], "fatal", lambda: False)():
+                self.fenced = True
                 raise PublisherFenced(f"publisher of {self.store} was fenced: {exc}") from exc
             raise
 
