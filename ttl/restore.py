@@ -28,9 +28,8 @@ import enum
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ttl import commit, config, delta_log
@@ -48,6 +47,7 @@ from ttl.names import (
     OP_RESTORE,
     progress_topic,
 )
+from ttl.phases import BatchPhases
 from ttl.progress import SparkProgress, bar, move_to
 from ttl.store import layout
 from ttl.timestamps import expiry_column
@@ -99,8 +99,12 @@ class RestoreResult:
     # Spark job), ``table_wait`` (the target's creation or check, run beside the read, not
     # yet done when the read was), ``write`` (the overwrite commit), ``finish`` (its
     # figures and the version marks).
-    phases_s: dict[str, float] = field(default_factory=dict)
+    phases: BatchPhases = field(default_factory=BatchPhases, repr=False)
     _read_fraction: float = field(default=0.0, repr=False)
+
+    @property
+    def phases_s(self) -> dict[str, float]:
+        return self.phases.seconds
 
     def move(self, new: State) -> None:
         if new not in _ALLOWED[self.state]:
@@ -344,7 +348,7 @@ def restore(spark, conf: Config, kafka: KafkaClients, target: str, *,
         with ThreadPoolExecutor(1, thread_name_prefix="ttl-restore-table") as pool:
             table = _target_table(spark, conf, target, pool)
             try:
-                with _phase(result, "read"), result.bar, \
+                with result.phases.phase("read"), result.bar, \
                         SparkProgress(spark, result.report_reading):
                     stats = keyed.agg(F.coalesce(F.sum("n"), F.lit(0)).alias("n"),
                                       F.max("v").alias("v"), F.max("st").alias("st"),
@@ -358,7 +362,7 @@ def restore(spark, conf: Config, kafka: KafkaClients, target: str, *,
                     result.warnings += compaction_warnings(
                         _settings(kafka, name, result), name, beyond, stats.t_in,
                         int(time.time() * 1000), point_is_progress=point_is_progress)
-                with _phase(result, "table_wait"):
+                with result.phases.phase("table_wait"):
                     props = table()
                 if stats.n == 0 and _has_rows(spark, target):
                     raise RestoreError(f"changelog {name} is empty but {target} has entries: "
@@ -551,24 +555,15 @@ def _write(spark, conf: Config, target: str, props: dict[str, str], latest,
             "end_offsets": {str(k): v for k, v in result.end_offsets.items()},
             "last_version": result.last_version, "stream_time": result.stream_time,
             "input_offsets": result.input_offsets, "records_read": result.records_read}
-    with _phase(result, "write"):
+    with result.phases.phase("write"):
         rows.write.format("delta").mode("overwrite").option(
             "userMetadata", commit.encode(meta)).save(target)
-    with _phase(result, "finish"):
+    with result.phases.phase("finish"):
         written = delta_log.latest_commit(spark, target)
         result.version = written.version
         result.keys_restored = written.metric("numOutputRows")  # no second pass over the rows
         offset = _continue_versions(spark, target, props, written.version, result)
         result.changelog_version = written.version + offset
-
-
-@contextmanager
-def _phase(result: RestoreResult, name: str) -> Iterator[None]:
-    began = time.monotonic()
-    try:
-        yield
-    finally:
-        result.phases_s[name] = result.phases_s.get(name, 0.0) + time.monotonic() - began
 
 
 def _continue_versions(spark, target: str, props: dict[str, str], version: int,

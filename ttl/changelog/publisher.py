@@ -279,11 +279,8 @@ class Publisher:
         except PublisherFenced:
             raise
         except KafkaException as exc:
-            # A fatal error (fenced by a newer instance with our transactional id) can surface
-            # at produce, add-partitions or commit time, whichever comes first.
-            if exc.args and getattr(exc.args[0], "fatal", lambda: False)():
+            if self._fenced_by(exc):
                 self.progress = committed
-                self.fenced = True
                 raise PublisherFenced(f"publisher of {self.store} was fenced: {exc}") from exc
             self._abort(committed)
             raise
@@ -445,10 +442,16 @@ class Publisher:
         try:
             self.producer.commit_transaction(self.conf.transaction_timeout / 1000)
         except KafkaException as exc:
-            if exc.args and getattr(exc.args[0], "fatal", lambda: False)():
-                self.fenced = True
+            if self._fenced_by(exc):
                 raise PublisherFenced(f"publisher of {self.store} was fenced: {exc}") from exc
             raise
+
+    def _fenced_by(self, exc: KafkaException) -> bool:
+        """A fatal error: a newer instance with our transactional id fenced this one (it
+        can surface at produce, add-partitions or commit time); marks it ``fenced``."""
+        if exc.args and getattr(exc.args[0], "fatal", lambda: False)():
+            self.fenced = True
+        return self.fenced
 
 
 #: What Delta says when a version's change data (or its commit) is gone.
