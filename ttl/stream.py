@@ -429,7 +429,7 @@ class StreamJob:
             "evicted": evicted, "changelog_records": published.records,
             "publication_lag_versions": published.lag_versions,
             "duration_s": seconds["total"], "phases_s": seconds,
-            "spark_jobs": jobs, "write_metrics": result.metrics,
+            "spark_jobs": jobs, "write": result.write, "write_metrics": result.metrics,
             "stream_time": stream_time, "applied": result.applied,
             "input_offsets": offsets, "catch_up": self._catch_up(offsets),
         }, sort_keys=True))

@@ -281,19 +281,34 @@ def test_killed_publisher_resumes_with_no_gap_and_no_reordering(spark, kafka, kc
     assert all(v == [1] for k, v in versions.items() if k != b"k5")
 
 
+# A batch with a removal is a MERGE (update pre/post-images in change files); one without is
+# a replace by key (its change feed, read from deletion vectors, says delete + insert for an
+# updated key). Both must publish what the batch's own rows say.
+BATCHES = {
+    "merge": ([(b"gone", None, NOW + 1), (b"old", b"x", NOW - 2 * TTL, (("ttl.ttl", b"1"),)),
+               (b"new", b"n", NOW + 2, (("h", b"1"), ("h", None), ("ttl.ttl", b"99999999"))),
+               (b"kept", b"k", NOW + 3)],
+              [(b"gone", b"delete"), (b"kept", b"put"), (b"new", b"put"), (b"old", b"expire")]),
+    "replace": ([(b"gone", b"g", NOW + 1, (("h", b"2"),)),
+                 (b"new", b"n", NOW + 2, (("h", b"1"), ("h", None), ("ttl.ttl", b"99999999"))),
+                 (b"kept", b"k", NOW + 3, (("ttl.ttl", b"1000"),))],
+                [(b"gone", b"put"), (b"kept", b"put"), (b"new", b"put")]),
+}
+
+
+@pytest.mark.parametrize("write", sorted(BATCHES))
 def test_a_batch_published_from_its_own_changes_equals_its_change_feed(spark, kafka,
-                                                                      table_path):
+                                                                      table_path, write):
     """``publish_known`` (no change-feed read) gives exactly the records the CDF path gives
-    for the same version: puts with user headers and per-record TTLs, deletes, expiries."""
+    for the same version: puts with user headers and per-record TTLs, deletes, expiries,
+    whichever write made the version."""
     store = make_store(spark, table_path)
     store.apply_records(recs((b"gone", b"v", NOW), (b"old", b"v", NOW - TTL + 10),
                              (b"kept", b"v", NOW)))
-    batch = store.apply_records(
-        recs((b"gone", None, NOW + 1), (b"old", b"x", NOW - 2 * TTL, (("ttl.ttl", b"1"),)),
-             (b"new", b"n", NOW + 2, (("h", b"1"), ("h", None), ("ttl.ttl", b"99999999"))),
-             (b"kept", b"k", NOW + 3)),
-        keep_changes=True)
-    assert batch.changes is not None and batch.changes.num_rows == 4
+    records, expected_ops = BATCHES[write]
+    batch = store.apply_records(recs(*records), keep_changes=True)
+    assert batch.write == write
+    assert batch.changes is not None and batch.changes.num_rows == len(records)
     streams = {}
     for way in ("known", "feed"):
         conf = KafkaConfig(bootstrap_servers=kafka.bootstrap_servers, input_topic="i",
@@ -306,14 +321,14 @@ def test_a_batch_published_from_its_own_changes_equals_its_change_feed(spark, ka
                 batch.version
         else:
             pub.publish()
-        msgs = consume_all(kafka.bootstrap_servers, conf.changelog_topic, 7)
+        msgs = consume_all(kafka.bootstrap_servers, conf.changelog_topic,
+                           3 + len(records))
         streams[way] = sorted((m.key(), m.value(), tuple(m.headers() or ()))
                               for m in msgs
                               if engine(m)["ttl.version"] == str(batch.version).encode())
     assert streams["known"] == streams["feed"]
     ops = sorted((k, dict(h)["ttl.op"]) for k, _, h in streams["known"])
-    assert ops == [(b"gone", b"delete"), (b"kept", b"put"), (b"new", b"put"),
-                   (b"old", b"expire")]
+    assert ops == expected_ops
 
 
 def _committed_progress(kafka, kconf, version: int) -> str:

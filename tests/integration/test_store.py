@@ -133,10 +133,51 @@ def test_replayed_batch_with_the_same_txn_is_not_applied_twice(spark, table_path
     assert store.apply_records(batch, txn=("app-s-batch", 8)).applied
 
 
-def test_a_batch_that_conflicts_with_an_operators_commit_runs_again(spark, table_path):
-    """Reliability 9: an operator's UPDATE committed while a batch's MERGE runs makes Delta
-    abort the MERGE with a conflict; the batch runs again on the new version (it used to
-    fail the stream). Batches run until one conflicted (bounded by a deadline)."""
+def test_upserts_without_removals_replace_by_key_and_give_the_merges_table(spark, tmp_path,
+                                                                          monkeypatch):
+    """A batch that only upserts (stored keys and new ones) is one replace-by-key commit
+    (Delta's ``replaceUsing``): every other row stays, the table is the one a MERGE gives,
+    and a replay by its txn id is skipped; a batch with a removal is a MERGE."""
+    from ttl import delta_log
+    from ttl.store import write
+    from ttl.timestamps import NO_TIMESTAMP
+
+    load = [InputRecord(b"k%02d" % i, b"v", NOW, (), 0, i) for i in range(40)]
+    upserts = [InputRecord(b"k01", b"new", NOW + 1, (("h", b"x"), ("h", None)), 0, 100),
+               InputRecord(b"k02", b"older", NOW - 1, (), 0, 101),
+               InputRecord(b"k05", b"a", NOW + 1, (), 0, 102),
+               InputRecord(b"k05", b"b", NOW + 1, (), 0, 103),
+               InputRecord(b"fresh", b"f", NOW, (("ttl.ttl", b"5000"),), 0, 104)]
+    removal = [InputRecord(b"k03", None, NOW + 2, (), 0, 105),
+               InputRecord(b"k04", b"w", NOW + 2, (), 0, 106)]
+    tables, counts = {}, {}
+    for way in ("replace", "merge"):
+        monkeypatch.setattr(write, "_REPLACE_SUPPORTED", way == "replace")
+        path = str(tmp_path / way)
+        store = make_store(spark, path)
+        assert store.apply_records(load).write == "append"
+        first = store.apply_records(upserts, txn=("app", 1))
+        assert first.write == way and first.applied
+        counts[way] = first.counts.as_dict()
+        assert delta_log.commit_info(spark, path, first.version).operation == \
+            ("WRITE" if way == "replace" else "MERGE")
+        again = store.apply_records(upserts, txn=("app", 1))
+        assert not again.applied and again.version == first.version
+        assert store.apply_records(removal).write == "merge"
+        tables[way] = store.entries(at=NO_TIMESTAMP)
+    assert tables["replace"] == tables["merge"] and counts["replace"] == counts["merge"]
+    assert len(tables["replace"]) == 40  # 40 + fresh - k03
+    assert tables["replace"][b"k05"].value == b"b"  # the later of two equal timestamps
+
+
+@pytest.mark.parametrize("write", ["merge", "replace"])
+def test_a_batch_that_conflicts_with_an_operators_commit_runs_again(spark, table_path, write):
+    """Reliability 9: an operator's UPDATE committed while a batch's write runs makes Delta
+    abort the write with a conflict; the batch runs again on the new version (it used to
+    fail the stream), whichever write it makes (a MERGE when it removes a key, else a
+    replace by key). The operator updates as fast as it can until a batch has conflicted;
+    batches run until then (bounded by a deadline)."""
+    import logging
     import threading
     import time
 
@@ -148,6 +189,13 @@ def test_a_batch_that_conflicts_with_an_operators_commit_runs_again(spark, table
     stop = threading.Event()
     operator_commits = []
 
+    class Conflicted(logging.Handler):
+        """The operator stops once a batch has conflicted, so the batch's retry can win."""
+
+        def emit(self, record: logging.LogRecord) -> None:
+            if "conflicted with a concurrent commit" in record.getMessage():
+                stop.set()
+
     def operator() -> None:
         session = spark.newSession()
         while not stop.is_set():
@@ -157,8 +205,9 @@ def test_a_batch_that_conflicts_with_an_operators_commit_runs_again(spark, table
                 operator_commits.append(1)
             except conflicts():
                 pass
-            stop.wait(3.0)  # an operator's pace (a storm outlasts any retry budget)
 
+    handler = Conflicted()
+    logging.getLogger("ttl.delta_log").addHandler(handler)
     thread = threading.Thread(target=operator, daemon=True)
     thread.start()
     retries, batch = 0, 0
@@ -166,14 +215,23 @@ def test_a_batch_that_conflicts_with_an_operators_commit_runs_again(spark, table
     try:
         while retries == 0 and time.monotonic() < deadline:
             batch += 1
+            # A MERGE batch removes the key the batch before added.
+            removal = [InputRecord(b"gone%d" % (batch - 1), None, NOW + batch, (), 0,
+                                   100 * batch + 99),
+                       InputRecord(b"gone%d" % batch, b"g", NOW + batch, (), 0,
+                                   100 * batch + 98)] if write == "merge" else []
             written = store.apply_records(
                 [InputRecord(k, b"v%d" % batch, NOW + batch, (), 0, 100 * batch + i)
-                 for i, k in enumerate(keys)])
-            assert written.applied and written.counts.upserted == len(keys)
+                 for i, k in enumerate(keys)] + removal)
+            assert written.applied and written.counts.upserted == len(keys) + len(removal) // 2
+            assert written.write == (write if batch > 1 else "replace")
             retries += written.retries
     finally:
         stop.set()
         thread.join(timeout=120)
+        logging.getLogger("ttl.delta_log").removeHandler(handler)
     assert operator_commits and retries >= 1, (batch, len(operator_commits))
+    rows = spark.read.format("delta").load(table_path).count()
+    assert rows == len(keys) + (write == "merge")  # one row per key
     entries = store.entries()
     assert {k: entries[k].value for k in keys[1:]} == {k: b"v%d" % batch for k in keys[1:]}

@@ -8,12 +8,18 @@ Plan, per micro-batch (the records arrive as one Arrow table, the stream's one r
    reference model itself for the rest): validation, per-key fold with T0, counts, the
    batch's max timestamp, the changed rows;
 3. rejected records go to the dead-letter table (its own idempotent append);
-4. **write**: one MERGE applies the per-key changes (an append when the lookup found none of
-   the batch's keys: every change is then an insert), carrying the commit metadata (stream
+4. **write**: one commit applies the per-key changes, carrying the commit metadata (stream
    time, T0, expired-on-arrival keys, the caller's input offsets) and, if given, the
-   idempotent ``txnAppId``/``txnVersion``. A batch that changes no row still commits (a
-   table-property change with the same metadata), so stream time and input offsets are
-   always persisted.
+   idempotent ``txnAppId``/``txnVersion``. Which write (``WriteResult.write``) follows from
+   the changes:
+
+   * ``append`` when the lookup found none of the batch's keys (every change is an insert);
+   * ``replace`` when no change removes a key: Delta's dynamic overwrite by key
+     (``replaceUsing``) deletes the stored rows of the batch's keys and inserts the new
+     ones, with deletion vectors and no change files (the change feed is read from them);
+   * ``merge`` otherwise (a removal must delete a row without inserting one);
+   * ``empty``: a batch that changes no row still commits (a table-property change with the
+     same metadata), so stream time and input offsets are always persisted.
 
 The stored rows are read before the MERGE; that is safe because a store has one writer at a
 time (BRIEF §4, the lease), and sweeps are serialized with batches in the same driver. The
@@ -56,6 +62,7 @@ class WriteResult:
     earliest_expiry: int | None = None  # the earliest expires_at the batch wrote
     changes: object = None  # Arrow: the rows the commit changed (``keep_changes``)
     retries: int = 0  # runs again after a Delta conflict with a concurrent commit
+    write: str = ""  # which write made the commit: append, replace, merge or empty
 
 
 def _write_dead_letters(spark, rejects, dead_letter_path: str, wall_ms: int,
@@ -103,17 +110,53 @@ def _merge_into(spark, path: str, changes, wall_ms: int) -> None:
     )
 
 
+def _table_rows(spark, changes, wall_ms: int):
+    """The changes' upserts as the store table's rows (its columns, in its order)."""
+    from pyspark.sql import functions as F
+
+    return spark.createDataFrame(changes).select(
+        "key", "value", "ts", "headers", "expires_at",
+        F.lit(wall_ms).cast("bigint").alias("updated_at"), F.xxhash64("key").alias("key_hash"),
+        "record_ttl")
+
+
 def _append(spark, path: str, changes, wall_ms: int) -> None:
     """Every change inserts a key the table does not hold (the lookup found none of the
     batch's keys, at the version the write starts from): a blind append gives the MERGE's
     exact table and change feed (the same inserts) without scanning the table for matches."""
-    from pyspark.sql import functions as F
+    _table_rows(spark, changes, wall_ms).write.format("delta").mode("append").save(path)
 
-    rows = spark.createDataFrame(changes).select(
-        "key", "value", "ts", "headers", "expires_at",
-        F.lit(wall_ms).cast("bigint").alias("updated_at"), F.xxhash64("key").alias("key_hash"),
-        "record_ttl")
-    rows.write.format("delta").mode("append").save(path)
+
+def _replace(spark, path: str, changes, wall_ms: int) -> None:
+    """Every change is an upsert (no key is removed): Delta's dynamic overwrite by key
+    (``replaceUsing``, Delta 4.3+) deletes the stored row of each of the batch's keys and
+    inserts its new row, in one commit. That is the MERGE's table (an upsert sets every
+    column), for about half its time: one scan of the table instead of two, and with
+    deletion vectors no change files (the change feed of the version is read from its
+    deletion vectors and new files), where MERGE writes each update's pre- and post-image
+    (1M keys, 100k updates: 3.1 s against 5.8 s; 2 updates: 1.4 s against 2.0 s). Its change
+    feed says ``delete`` + ``insert`` for an updated key, which the publisher takes as the
+    put it is (a version's last state of a key wins). The fold gives one row per key, so
+    nothing is inserted twice."""
+    (_table_rows(spark, changes, wall_ms).write.format("delta").mode("overwrite")
+     .option("replaceUsing", "key_hash, key").save(path))
+
+
+def replace_supported(spark) -> bool:
+    """Whether the JVM's Delta has ``replaceUsing`` (4.3+). An older Delta ignores the option
+    and would overwrite the whole table, so without it every update is a MERGE."""
+    global _REPLACE_SUPPORTED
+    if _REPLACE_SUPPORTED is None:
+        from py4j.java_gateway import JavaClass
+
+        jvm = spark.sparkContext._jvm
+        _REPLACE_SUPPORTED = isinstance(
+            jvm.org.apache.spark.sql.delta.commands.DeltaInsertReplaceOnOrUsingCommand,
+            JavaClass)
+    return _REPLACE_SUPPORTED
+
+
+_REPLACE_SUPPORTED: bool | None = None  # per process: one JVM, one Delta
 
 
 def _empty_commit(spark, path: str, meta: dict) -> None:
@@ -128,12 +171,27 @@ def _empty_commit(spark, path: str, meta: dict) -> None:
 
 #: The write's Delta ``operationMetrics`` the batch log line carries (what it scanned,
 #: rewrote and copied: the cost of a MERGE follows these, not the batch size; an append's
-#: are its output rows, files and bytes).
-LOGGED_METRICS = ("numOutputRows", "numFiles", "numOutputBytes",
+#: are its output rows, files and bytes; a replace's also its deleted rows and removed
+#: files. A replace's ``numCopiedRows`` is left out: it counts the rows of the files its
+#: deletion vectors touched, which are not copied).
+LOGGED_METRICS = ("numOutputRows", "numFiles", "numOutputBytes", "numDeletedRows",
+                  "numRemovedFiles", "numAddedChangeFiles",
                   "numSourceRows", "numTargetFilesAdded", "numTargetFilesRemoved",
                   "numTargetRowsCopied", "numTargetDeletionVectorsAdded", "numTargetBytesAdded",
                   "numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted",
                   "scanTimeMs", "rewriteTimeMs", "executionTimeMs")
+
+
+def _write_kind(spark, changes, stored, unchanged_since_lookup: bool) -> str:
+    """The write that applies ``changes`` (module docstring, step 4)."""
+    import pyarrow.compute as pc
+
+    if not changes.num_rows:
+        return "empty"
+    if not stored.num_rows and unchanged_since_lookup:
+        return "append"
+    removes = pc.any(pc.equal(changes["kind"], "delete")).as_py()
+    return "merge" if removes or not replace_supported(spark) else "replace"
 
 
 def apply_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semantics,
@@ -176,11 +234,14 @@ def apply_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
         done.add("dead_letters")
     with phases.phase("write"):
         version_before = result.version_before = delta_log.latest_version(spark, path)
+        result.write = _write_kind(spark, folded.changes, stored,
+                                   version_before == lookup_version)
         with commit.commit_settings(spark, final_meta, txn):
-            if folded.changes.num_rows and not stored.num_rows \
-                    and version_before == lookup_version:
+            if result.write == "append":
                 _append(spark, path, folded.changes, wall_ms)
-            elif folded.changes.num_rows:
+            elif result.write == "replace":
+                _replace(spark, path, folded.changes, wall_ms)
+            elif result.write == "merge":
                 _merge(spark, path, folded.changes, wall_ms)
             else:
                 _empty_commit(spark, path, final_meta)
