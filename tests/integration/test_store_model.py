@@ -22,32 +22,35 @@ from tests.strategies import CLOCKS, KEYS, WIDE_KEYS, batches, semantics
 from ttl.clock import FixedClock
 from ttl.config import StoreConfig
 from ttl.model import ReferenceStore
-from ttl.store import DeltaStore, lookup
+from ttl.store import DeltaStore, lookup, write
 from ttl.timestamps import NO_TIMESTAMP
 
 pytestmark = pytest.mark.integration
 
-EXAMPLES = 300 if os.environ.get("TTL_LONG") else 30
+EXAMPLES = 300 if os.environ.get("TTL_LONG") else 40
 LOOKUPS = ("delta-rs", "spark-in", "spark-join")
 
 
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
           phases=[Phase.explicit, Phase.generate],
           suppress_health_check=list(HealthCheck))
-@given(sem=semantics(), clock=CLOCKS, how=st.sampled_from(LOOKUPS),
+@given(sem=semantics(), clock=CLOCKS, how=st.sampled_from(LOOKUPS), replace=st.booleans(),
        plan=st.sampled_from((KEYS, WIDE_KEYS)).flatmap(
            lambda keys: batches(min_batches=1, max_batches=3, max_records=12, keys=keys)))
 def test_delta_store_equals_reference_model_after_every_batch(spark, tmp_path_factory, sem,
-                                                              clock, how, plan):
+                                                              clock, how, replace, plan):
     # Each lookup reader in turn: delta-rs, Spark's key filter, and the broadcast join a
-    # large batch uses.
+    # large batch uses; and both writes of a batch that removes no key: the replace by key,
+    # or the MERGE every other batch makes (an append is a third: none of the keys stored).
     in_list = lookup.LOOKUP_IN_LIST
     lookup.LOOKUP_IN_LIST = 0 if how == "spark-join" else in_list
+    write._REPLACE_SUPPORTED = None if replace else False
     try:
         _run_against_model(spark, tmp_path_factory, sem, clock, plan,
                            "delta-rs" if how == "delta-rs" else "spark")
     finally:
         lookup.LOOKUP_IN_LIST = in_list
+        write._REPLACE_SUPPORTED = None
 
 
 def _run_against_model(spark, tmp_path_factory, sem, clock, plan, how="auto") -> None:
