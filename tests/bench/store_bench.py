@@ -4,10 +4,14 @@
     .venv/bin/python -m tests.bench.store_bench --keys 10000000   # opt-in, long
 
 Loads N keys straight into a v3 table (one bulk write), then applies update batches of
-``--batch`` records through ``DeltaStore.apply_batch`` (5% out-of-order timestamps, 1%
-deletes, keys drawn uniformly from the N), with and without deletion vectors, and prints
-records/s, the per-commit time of each batch, its Spark jobs and its per-phase split (the
-input is turned into Arrow before the clock starts, as the stream's read phase does).
+``--batch`` records through ``DeltaStore.apply_batch`` (5% out-of-order timestamps,
+``--deletes`` of them deletes (1% by default), keys drawn uniformly from the N), with and
+without deletion vectors, and prints records/s, the per-commit time of each batch, the write
+it made (a batch with a delete is a MERGE, one without a replace by key), its Spark jobs and
+its per-phase split (the input is turned into Arrow before the clock starts, as the stream's
+read phase does).
+
+    .venv/bin/python -m tests.bench.store_bench --deletion-vectors on --deletes 0
 """
 
 from __future__ import annotations
@@ -46,14 +50,14 @@ def _load(spark, store: DeltaStore, keys: int) -> float:
     return time.monotonic() - started
 
 
-def _batch(spark, keys: int, size: int, seed: int):
+def _batch(spark, keys: int, size: int, seed: int, deletes: float = 0.01):
     from pyspark.sql import functions as F
 
     ids = (F.abs(F.xxhash64(F.col("id"), F.lit(seed))) % keys)
     r = F.rand(seed)
     return spark.range(size).select(
         F.unhex(F.sha2(ids.cast("string"), 256).substr(1, 16)).alias("key"),
-        F.when(r < 0.01, F.lit(None).cast("binary"))
+        F.when(r < deletes, F.lit(None).cast("binary"))
          .otherwise(F.concat(F.lit(b"new-"), F.col("id").cast("string").cast("binary")))
          .alias("value"),
         F.when(r > 0.95, F.lit(NOW - 7_200_000)).otherwise(F.lit(NOW) + F.col("id") % 1000)
@@ -64,7 +68,8 @@ def _batch(spark, keys: int, size: int, seed: int):
     )
 
 
-def run(keys: int, batches: int, size: int, deletion_vectors: bool) -> dict:
+def run(keys: int, batches: int, size: int, deletion_vectors: bool,
+        deletes: float = 0.01) -> dict:
     spark = get_session()
     work = Path(tempfile.mkdtemp(prefix="ttl-bench-"))
     try:
@@ -76,7 +81,7 @@ def run(keys: int, batches: int, size: int, deletion_vectors: bool) -> dict:
         load_s = _load(spark, store, keys)
         times = []
         for i in range(batches):
-            frame = _batch(spark, keys, size, seed=i + 1)
+            frame = _batch(spark, keys, size, seed=i + 1, deletes=deletes)
             records = frame.toArrow()
             phases = BatchPhases(spark)
             started = time.monotonic()
@@ -87,7 +92,8 @@ def run(keys: int, batches: int, size: int, deletion_vectors: bool) -> dict:
             split = " ".join(f"{k}={v:.2f}" for k, v in phases.as_dict().items()
                              if k != "total")
             print(f"  batch {i}: {times[-1]:.2f} s, {size / times[-1]:,.0f} records/s, "
-                  f"spark_jobs={jobs} {split} {result.counts.as_dict()}", flush=True)
+                  f"write={getattr(result, 'write', '?')} spark_jobs={jobs} {split} "
+                  f"{result.counts.as_dict()}", flush=True)
         files = spark.sql(f"DESCRIBE DETAIL delta.`{conf.path}`").first()["numFiles"]
         return {"keys": keys, "deletion_vectors": deletion_vectors, "load_s": load_s,
                 "median_commit_s": statistics.median(times), "max_commit_s": max(times),
@@ -102,11 +108,15 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=5)
     parser.add_argument("--batch", type=int, default=100_000)
     parser.add_argument("--deletion-vectors", choices=("both", "on", "off"), default="both")
+    parser.add_argument("--deletes", type=float, default=0.01,
+                        help="Share of a batch's records that are deletes (0: none, so no "
+                             "batch removes a key).")
     args = parser.parse_args()
     choices = {"both": (True, False), "on": (True,), "off": (False,)}[args.deletion_vectors]
     for dv in choices:
-        print(f"N={args.keys:,} keys, batches of {args.batch:,}, deletion vectors={dv}")
-        figures = run(args.keys, args.batches, args.batch, dv)
+        print(f"N={args.keys:,} keys, batches of {args.batch:,}, deletion vectors={dv}, "
+              f"deletes={args.deletes:g}")
+        figures = run(args.keys, args.batches, args.batch, dv, args.deletes)
         print("  " + ", ".join(f"{k}={v:,.2f}" if isinstance(v, float) else f"{k}={v}"
                                 for k, v in figures.items()), flush=True)
 
