@@ -106,6 +106,28 @@ def warm_snapshot(spark, path: str) -> None:
     _jvm_log(spark, path).update(False, none, none).numOfFiles()
 
 
+#: Commits after the last checkpoint at which the engine writes the next one, in the
+#: background (Delta's own default interval). Store tables set ``delta.checkpointInterval``
+#: far above it (``ttl.store.layout``) so Delta's checkpoint, which runs inside a commit,
+#: no longer adds about a second to every tenth batch.
+CHECKPOINT_EVERY = 10
+
+
+def checkpoint_if_due(spark, path: str, every: int = CHECKPOINT_EVERY) -> int | None:
+    """Write a checkpoint of the newest version (and clean up expired log files, as Delta's
+    own checkpoint does) when ``every`` or more commits follow the last checkpoint; returns
+    the version checkpointed, or ``None``. Any writer may checkpoint: a checkpoint is a
+    copy of a version's state, written beside the commits, so it is safe while others
+    commit."""
+    none = spark.sparkContext._jvm.scala.Option.empty()
+    log_ = _jvm_log(spark, path)
+    snapshot = log_.update(False, none, none)
+    if int(snapshot.version()) - int(snapshot.checkpointProvider().version()) < every:
+        return None
+    log_.checkpoint(snapshot, none)
+    return int(snapshot.version())
+
+
 def commit_info(spark, path: str, version: int) -> Commit | None:
     """One commit read straight from its log file (no Spark job); ``None`` if the log no
     longer holds it (cleaned up after the log retention)."""

@@ -195,7 +195,7 @@ class StreamJob:
         steps = [
             ("stop the query", lambda: self.query is not None and self.query.isActive
              and self.query.stop()),
-            ("finish the snapshot warm-up", self.store.settle),
+            ("finish the snapshot warm-up and a checkpoint", self.store.quiesce),
             ("stop the scheduler", lambda: scheduler.running and scheduler.shutdown(wait=True)),
             # Also joins a batch's publication under way, and raises its error.
             ("publish the last versions", self._publish_locked),

@@ -48,8 +48,8 @@ def kconf(kafka) -> KafkaConfig:
     return conf
 
 
-def make_store(spark, path, name="s", ttl=TTL) -> DeltaStore:
-    return DeltaStore(spark, StoreConfig(name=name, path=path, ttl=ttl),
+def make_store(spark, path, name="s", ttl=TTL, **conf) -> DeltaStore:
+    return DeltaStore(spark, StoreConfig(name=name, path=path, ttl=ttl, **conf),
                       wall_clock=FixedClock(NOW))
 
 
@@ -296,13 +296,15 @@ BATCHES = {
 }
 
 
-@pytest.mark.parametrize("write", sorted(BATCHES))
-def test_a_batch_published_from_its_own_changes_equals_its_change_feed(spark, kafka,
-                                                                      table_path, write):
+@pytest.mark.parametrize("write,deletion_vectors",
+                         [("merge", True), ("replace", True), ("replace", False)])
+def test_a_batch_published_from_its_own_changes_equals_its_change_feed(
+        spark, kafka, table_path, write, deletion_vectors):
     """``publish_known`` (no change-feed read) gives exactly the records the CDF path gives
     for the same version: puts with user headers and per-record TTLs, deletes, expiries,
-    whichever write made the version."""
-    store = make_store(spark, table_path)
+    whichever write made the version (a replace on a table without deletion vectors
+    rewrites files and writes change files: delete + insert)."""
+    store = make_store(spark, table_path, deletion_vectors=deletion_vectors)
     store.apply_records(recs((b"gone", b"v", NOW), (b"old", b"v", NOW - TTL + 10),
                              (b"kept", b"v", NOW)))
     records, expected_ops = BATCHES[write]

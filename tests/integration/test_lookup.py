@@ -46,7 +46,7 @@ def test_delta_rs_and_spark_read_the_same_rows_at_every_version(spark, table_pat
             spark.sql(f"UPDATE delta.`{table_path}` SET ts = ts + 1 "
                       "WHERE key > CAST('k050' AS BINARY)")
             versions.append(delta_log.latest_version(spark, table_path))
-    store.settle()
+    store.quiesce()  # the checkpoints are written in the background
     assert any(name.endswith(".checkpoint.parquet")
                for name in os.listdir(os.path.join(table_path, "_delta_log")))
     wanted_sets = [keys[:3], keys, [b"absent", keys[59]], keys[5:40] + [b"nope"]]

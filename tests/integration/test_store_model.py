@@ -15,7 +15,7 @@ import os
 import uuid
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 
 from tests.strategies import CLOCKS, KEYS, WIDE_KEYS, batches, semantics
@@ -68,6 +68,7 @@ def _run_against_model(spark, tmp_path_factory, sem, clock, plan, how="auto") ->
     for number, batch in enumerate(plan):
         expected = model.apply_batch(batch.records, batch.wall_ms)
         result = store.apply_records(batch.records, wall_ms=batch.wall_ms)
+        event(f"write: {result.write}")  # in hypothesis' statistics (--hypothesis-show-statistics)
         assert not store.lookup.fell_back, "delta-rs could not read the table"
         assert not store.lookup.reads["spark" if how == "delta-rs" else "delta-rs"], how
         where = f"batch {number} of {len(plan)}"

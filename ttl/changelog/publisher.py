@@ -233,10 +233,11 @@ class Publisher:
         change data feed back, then anything after it (from the feed).
 
         Only exact when ``version`` is the next one to publish and its writer made exactly
-        this one commit from those changes (the stream's batch MERGE: one row per changed
-        key, final state); otherwise this is ``publish()``. ``changes`` is an Arrow table
-        with ``kind`` (upsert/delete), ``key``, ``value``, ``ts``, ``headers``,
-        ``record_ttl``. ``until`` bounds what follows, as in ``publish``.
+        this one commit from those changes (the stream's batch write, whichever it made:
+        one row per changed key, final state); otherwise this is ``publish()``.
+        ``changes`` is an Arrow table with ``kind`` (upsert/delete), ``key``, ``value``,
+        ``ts``, ``headers``, ``record_ttl``. ``until`` bounds what follows, as in
+        ``publish``.
         """
         if self.progress.version != version + self.offset - 1:
             return self.publish(until)

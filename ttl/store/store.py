@@ -65,7 +65,9 @@ class DeltaStore:
         self.stream_time = StreamTime(self.recover_stream_time())
         self.expiry_floor = ExpiryFloor()  # shared with for_thread twins: one table
         self.lookup = Lookup(conf.lookup)
-        self._warming: threading.Thread | None = None  # computing the new snapshot
+        self._warming: threading.Event | None = None  # set once the new snapshot is computed
+        self._background: list[threading.Thread] = []  # warm-ups and checkpoints under way
+        self._checkpointing = threading.Lock()  # one checkpoint at a time (twins share it)
         self._api_offset = 0
 
     def for_thread(self) -> DeltaStore:
@@ -74,6 +76,7 @@ class DeltaStore:
         twin = copy.copy(self)
         twin.spark = self.spark.newSession()
         twin._warming = None  # the twin warms (and waits for) its own; the lookup is shared
+        twin._background = []
         return twin
 
     # -- stream time and clocks -------------------------------------------------------------
@@ -126,11 +129,15 @@ class DeltaStore:
     def _warm(self) -> None:
         """Compute the new version's snapshot in the background (``delta_log.warm_snapshot``)
         while the caller publishes the batch or waits for the next one; the next batch
-        waits for it (``settle``), so a batch's own work never competes with it. The thread
-        runs its jobs in a job group of its own, so they are not counted as a batch's. A
-        failure is harmless (the next write computes the snapshot itself) and never fails
-        the batch, which is committed by now."""
+        waits for it (``settle``), so a batch's own work never competes with it. Then, in
+        the same thread but no longer waited for, write a checkpoint when one is due
+        (``delta_log.checkpoint_if_due``: Delta's own would run inside a commit). The
+        thread runs its jobs in a job group of its own, so they are not counted as a
+        batch's. A failure is harmless (the next write computes the snapshot itself, the
+        next batch checkpoints) and never fails the batch, which is committed by now."""
         from pyspark import InheritableThread
+
+        warmed = threading.Event()
 
         def warm() -> None:
             try:
@@ -139,6 +146,16 @@ class DeltaStore:
                 delta_log.warm_snapshot(self.spark, self.path)
             except Exception:  # noqa: BLE001 - only a cache: the next write computes it
                 log.debug("warming the snapshot of %s failed", self.path, exc_info=True)
+            finally:
+                warmed.set()
+            if not self._checkpointing.acquire(blocking=False):
+                return  # another thread is checkpointing
+            try:
+                delta_log.checkpoint_if_due(self.spark, self.path)
+            except Exception:  # noqa: BLE001 - the next batch tries again
+                log.warning("checkpointing %s failed", self.path, exc_info=True)
+            finally:
+                self._checkpointing.release()
 
         try:
             thread = InheritableThread(target=warm, name="ttl-warm-snapshot", daemon=True)
@@ -146,14 +163,23 @@ class DeltaStore:
         except Exception:  # noqa: BLE001 - as above (e.g. Spark stopping)
             log.debug("could not start warming the snapshot of %s", self.path, exc_info=True)
             return
-        self._warming = thread
+        self._warming = warmed
+        self._background = [t for t in self._background if t.is_alive()] + [thread]
 
     def settle(self) -> None:
-        """Wait for the background snapshot of the previous batch, if any (the batch
-        thread and the stream's shutdown both call this)."""
-        thread, self._warming = self._warming, None
-        if thread is not None:
+        """Wait for the background snapshot of the previous batch, if any (a batch waits
+        for it; a checkpoint after it is not waited for)."""
+        warmed, self._warming = self._warming, None
+        if warmed is not None:
+            warmed.wait()
+
+    def quiesce(self) -> None:
+        """Wait for all background work: the snapshot warm-up and a checkpoint under way
+        (the stream's shutdown, before Spark stops)."""
+        self.settle()
+        for thread in self._background:
             thread.join()
+        self._background = []
 
     def apply_records(self, records: Iterable[InputRecord], **kwargs) -> WriteResult:
         return self.apply_batch(records_table(list(records)), **kwargs)

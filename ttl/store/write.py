@@ -21,7 +21,7 @@ Plan, per micro-batch (the records arrive as one Arrow table, the stream's one r
    * ``empty``: a batch that changes no row still commits (a table-property change with the
      same metadata), so stream time and input offsets are always persisted.
 
-The stored rows are read before the MERGE; that is safe because a store has one writer at a
+The stored rows are read before the write; that is safe because a store has one writer at a
 time (BRIEF §4, the lease), and sweeps are serialized with batches in the same driver. The
 changed rows are handed back (``keep_changes``) when they provably equal the commit's change
 feed (the commit carrying this write's id is the version right after the lookup's), so the
@@ -62,7 +62,7 @@ class WriteResult:
     earliest_expiry: int | None = None  # the earliest expires_at the batch wrote
     changes: object = None  # Arrow: the rows the commit changed (``keep_changes``)
     retries: int = 0  # runs again after a Delta conflict with a concurrent commit
-    write: str = ""  # which write made the commit: append, replace, merge or empty
+    write: str = ""  # which write made the commit: append, replace, merge, empty; or skipped
 
 
 def _write_dead_letters(spark, rejects, dead_letter_path: str, wall_ms: int,
@@ -142,9 +142,15 @@ def _replace(spark, path: str, changes, wall_ms: int) -> None:
      .option("replaceUsing", "key_hash, key").save(path))
 
 
+#: Delta's (internal) switch for ``replaceUsing`` in DataFrame writes; off, the write fails.
+REPLACE_USING_ENABLED = "spark.databricks.delta.replaceUsing.dataframe.writer.enabled"
+
+
 def replace_supported(spark) -> bool:
-    """Whether the JVM's Delta has ``replaceUsing`` (4.3+). An older Delta ignores the option
-    and would overwrite the whole table, so without it every update is a MERGE."""
+    """Whether the JVM's Delta has ``replaceUsing`` in DataFrame writes (4.3+: the command
+    class came with it) and it is not switched off. A Delta before 4.3 ignores the option
+    in ``save()`` and would overwrite the whole table, so without it every update is a
+    MERGE."""
     global _REPLACE_SUPPORTED
     if _REPLACE_SUPPORTED is None:
         from py4j.java_gateway import JavaClass
@@ -153,7 +159,8 @@ def replace_supported(spark) -> bool:
         _REPLACE_SUPPORTED = isinstance(
             jvm.org.apache.spark.sql.delta.commands.DeltaInsertReplaceOnOrUsingCommand,
             JavaClass)
-    return _REPLACE_SUPPORTED
+    return _REPLACE_SUPPORTED and \
+        spark.conf.get(REPLACE_USING_ENABLED, "true").strip().lower() == "true"
 
 
 _REPLACE_SUPPORTED: bool | None = None  # per process: one JVM, one Delta
@@ -171,15 +178,17 @@ def _empty_commit(spark, path: str, meta: dict) -> None:
 
 #: The write's Delta ``operationMetrics`` the batch log line carries (what it scanned,
 #: rewrote and copied: the cost of a MERGE follows these, not the batch size; an append's
-#: are its output rows, files and bytes; a replace's also its deleted rows and removed
-#: files. A replace's ``numCopiedRows`` is left out: it counts the rows of the files its
-#: deletion vectors touched, which are not copied).
-LOGGED_METRICS = ("numOutputRows", "numFiles", "numOutputBytes", "numDeletedRows",
-                  "numRemovedFiles", "numAddedChangeFiles",
+#: are its output rows, files and bytes).
+LOGGED_METRICS = ("numOutputRows", "numFiles", "numOutputBytes",
                   "numSourceRows", "numTargetFilesAdded", "numTargetFilesRemoved",
                   "numTargetRowsCopied", "numTargetDeletionVectorsAdded", "numTargetBytesAdded",
                   "numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted",
                   "scanTimeMs", "rewriteTimeMs", "executionTimeMs")
+#: A replace's: its deleted rows (the stored rows of its keys) and change files (none with
+#: deletion vectors). Its output rows, files, bytes, removed files and copied rows count
+#: the whole files its deletion vectors touched, which are not rewritten, so they are left
+#: out (the rows it inserted are the batch line's ``upserted`` keys).
+REPLACE_METRICS = ("numDeletedRows", "numAddedChangeFiles")
 
 
 def _write_kind(spark, changes, stored, unchanged_since_lookup: bool) -> str:
@@ -253,8 +262,10 @@ def apply_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
         result.version = (written.version if written is not None
                           else delta_log.latest_version(spark, path))
         if written is not None:
-            result.metrics = {k: int(v) for k, v in written.metrics.items()
-                              if k in LOGGED_METRICS}
+            logged = REPLACE_METRICS if result.write == "replace" else LOGGED_METRICS
+            result.metrics = {k: int(v) for k, v in written.metrics.items() if k in logged}
+        else:
+            result.write = "skipped"  # a replay: Delta's txn id skipped it, nothing written
     if (keep_changes and result.applied and lookup_version == version_before
             and result.version == version_before + 1):
         result.changes = folded.changes.select(
