@@ -221,9 +221,12 @@ def alter_ttl(store, new_ttl: int | None, *, dry_run: bool = False) -> AlterResu
 # -- maintenance ------------------------------------------------------------------------------
 
 def optimize(store) -> None:
-    """Compact small files and cluster them by ``expires_at`` so sweeps skip more files."""
+    """Compact small files and cluster them by ``expires_at`` so sweeps skip more files; then
+    checkpoint when one is due (a running stream checkpoints after its batches; this covers
+    the commits of sweeps and other writers while none runs)."""
     retrying(lambda: store.spark.sql(f"OPTIMIZE delta.`{store.path}` ZORDER BY (expires_at)"),
              what="OPTIMIZE")
+    delta_log.checkpoint_if_due(store.spark, store.path)
 
 
 #: VACUUM's own duration and the publisher's next step: the oldest unpublished commit must

@@ -31,6 +31,35 @@ def test_table_is_created_with_layout_properties_and_reopened_idempotently(spark
     assert props[PROP_TTL] == str(TTL)
     assert props["delta.enableChangeDataFeed"] == "true"
     assert props["delta.enableDeletionVectors"] == "true"
+    assert props["delta.checkpointInterval"] == "1000"  # the engine checkpoints (below)
+
+
+def test_checkpoints_are_written_in_the_background_every_ten_commits(spark, table_path):
+    """Delta's own checkpoint (inside the commit reaching ``delta.checkpointInterval``, set
+    to 1000) would add a second to every tenth batch: the store writes it after the batch,
+    in the background, once ten commits follow the last; maintenance's OPTIMIZE does the
+    same for commits made while no stream runs."""
+    import os
+
+    from ttl import delta_log, eviction
+
+    def checkpoints() -> list[int]:
+        return sorted(int(n.split(".")[0]) for n in os.listdir(f"{table_path}/_delta_log")
+                      if n.endswith(".checkpoint.parquet"))
+
+    store = make_store(spark, table_path, ttl=None)
+    for n in range(12):
+        store.apply_records([InputRecord(b"k%d" % n, b"v", NOW + n, (), 0, n)])
+    store.quiesce()
+    written = checkpoints()
+    assert written and written[0] >= 9, written  # the first after ten commits (0..9)
+    assert delta_log.checkpoint_if_due(spark, table_path) is None  # not due again yet
+    for n in range(10):  # an operator's commits, no batch after them
+        spark.sql(f"UPDATE delta.`{table_path}` SET value = X'0{n}' WHERE key = X'6b30'")
+    latest = delta_log.latest_version(spark, table_path)
+    eviction.optimize(store)
+    assert checkpoints()[-1] >= latest, (checkpoints(), latest)
+    assert len(store.entries()) == 12
 
 
 def test_opening_with_another_ttl_names_both_values(spark, table_path):
