@@ -148,6 +148,8 @@ class App:
                 self.check_lease()  # the interrupt was the lost lease: say so
             raise
         finally:
+            for store in self._stores.values():
+                store.quiesce()  # a checkpoint its commit started, before the command ends
             if needed and skipped is None:
                 self.release()
         if needed and skipped is None:

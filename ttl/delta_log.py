@@ -122,10 +122,16 @@ def checkpoint_if_due(spark, path: str, every: int = CHECKPOINT_EVERY) -> int | 
     none = spark.sparkContext._jvm.scala.Option.empty()
     log_ = _jvm_log(spark, path)
     snapshot = log_.update(False, none, none)
-    if int(snapshot.version()) - int(snapshot.checkpointProvider().version()) < every:
+    version = int(snapshot.version())
+    if version - int(snapshot.checkpointProvider().version()) < every:
         return None
     log_.checkpoint(snapshot, none)
-    return int(snapshot.version())
+    # Delta logs a failed checkpoint and goes on: only the log says whether it was written.
+    if int(log_.update(False, none, none).checkpointProvider().version()) < version:
+        log.warning("the checkpoint of %s at version %d was not written (Delta logged why)",
+                    path, version)
+        return None
+    return version
 
 
 def commit_info(spark, path: str, version: int) -> Commit | None:

@@ -105,6 +105,8 @@ def sweep(store, clock: SweepClock, t: int | None = None, *, dry_run: bool = Fal
         return result
     _, result.retries = retrying(delete, what=f"{clock} sweep at {t}")
     _record_outcome(store, result, before)
+    if result.version is not None:
+        store.checkpoint_later()  # when due, in the background (an idle stream's sweeps)
     store.expiry_floor.after_sweep(before, delta_log.latest_version(store.spark, store.path), t,
                                    result.version)
     result.seconds = time.monotonic() - started
@@ -222,11 +224,10 @@ def alter_ttl(store, new_ttl: int | None, *, dry_run: bool = False) -> AlterResu
 
 def optimize(store) -> None:
     """Compact small files and cluster them by ``expires_at`` so sweeps skip more files; then
-    checkpoint when one is due (a running stream checkpoints after its batches; this covers
-    the commits of sweeps and other writers while none runs)."""
+    checkpoint in the background when one is due (other writers' commits too)."""
     retrying(lambda: store.spark.sql(f"OPTIMIZE delta.`{store.path}` ZORDER BY (expires_at)"),
              what="OPTIMIZE")
-    delta_log.checkpoint_if_due(store.spark, store.path)
+    store.checkpoint_later()
 
 
 #: VACUUM's own duration and the publisher's next step: the oldest unpublished commit must

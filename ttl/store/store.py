@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import logging
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
@@ -32,6 +33,8 @@ log = logging.getLogger(__name__)
 
 API_PARTITION = -1  # point writes are not from an input partition
 WARM_GROUP = "ttl-warm-snapshot"  # the Spark job group of the snapshot warm-up
+CHECKPOINT_GROUP = "ttl-checkpoint"  # and of a background checkpoint
+QUIESCE_TIMEOUT_S = 120.0  # how long a shutdown waits for a background checkpoint
 #: The store session's broadcast-join threshold: a batch's MERGE source (its changed rows,
 #: at most ``stream.max_offsets_per_trigger``) is broadcast to the table's scan instead of
 #: both being shuffled. Measured on a 1M-key store, 100k-record batches alternated between
@@ -39,6 +42,38 @@ WARM_GROUP = "ttl-warm-snapshot"  # the Spark job group of the snapshot warm-up
 #: 10 MB default (64 MB: 5.31 s; Spark's size estimate of the source is well above its
 #: bytes). A source estimated larger than this is joined the default way.
 MERGE_BROADCAST_BYTES = 200 * 1024 * 1024
+
+
+class _Background:
+    """The threads a store and its twins run beside their writes (snapshot warm-ups,
+    checkpoints), so a shutdown can wait for them; and the one-checkpoint-at-a-time lock."""
+
+    def __init__(self) -> None:
+        self.checkpointing = threading.Lock()
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+
+    def start(self, name: str, target) -> bool:
+        from pyspark import InheritableThread
+
+        try:
+            thread = InheritableThread(target=target, name=name, daemon=True)
+            thread.start()
+        except Exception:  # noqa: BLE001 - only background work (e.g. Spark stopping)
+            log.debug("could not start %s", name, exc_info=True)
+            return False
+        with self._lock:
+            self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+        return True
+
+    def join(self, timeout_s: float) -> bool:
+        """Wait for every thread started so far; ``False`` if some still run at the end."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in threads)
 
 
 class DeltaStore:
@@ -66,8 +101,7 @@ class DeltaStore:
         self.expiry_floor = ExpiryFloor()  # shared with for_thread twins: one table
         self.lookup = Lookup(conf.lookup)
         self._warming: threading.Event | None = None  # set once the new snapshot is computed
-        self._background: list[threading.Thread] = []  # warm-ups and checkpoints under way
-        self._checkpointing = threading.Lock()  # one checkpoint at a time (twins share it)
+        self._background = _Background()  # shared with for_thread twins: one table
         self._api_offset = 0
 
     def for_thread(self) -> DeltaStore:
@@ -76,7 +110,6 @@ class DeltaStore:
         twin = copy.copy(self)
         twin.spark = self.spark.newSession()
         twin._warming = None  # the twin warms (and waits for) its own; the lookup is shared
-        twin._background = []
         return twin
 
     # -- stream time and clocks -------------------------------------------------------------
@@ -130,13 +163,10 @@ class DeltaStore:
         """Compute the new version's snapshot in the background (``delta_log.warm_snapshot``)
         while the caller publishes the batch or waits for the next one; the next batch
         waits for it (``settle``), so a batch's own work never competes with it. Then, in
-        the same thread but no longer waited for, write a checkpoint when one is due
-        (``delta_log.checkpoint_if_due``: Delta's own would run inside a commit). The
-        thread runs its jobs in a job group of its own, so they are not counted as a
-        batch's. A failure is harmless (the next write computes the snapshot itself, the
-        next batch checkpoints) and never fails the batch, which is committed by now."""
-        from pyspark import InheritableThread
-
+        the same thread but no longer waited for, checkpoint when one is due
+        (``_checkpoint``). The thread runs its jobs in a job group of its own, so they are
+        not counted as a batch's. A failure is harmless (the next write computes the
+        snapshot itself) and never fails the batch, which is committed by now."""
         warmed = threading.Event()
 
         def warm() -> None:
@@ -148,23 +178,31 @@ class DeltaStore:
                 log.debug("warming the snapshot of %s failed", self.path, exc_info=True)
             finally:
                 warmed.set()
-            if not self._checkpointing.acquire(blocking=False):
-                return  # another thread is checkpointing
-            try:
-                delta_log.checkpoint_if_due(self.spark, self.path)
-            except Exception:  # noqa: BLE001 - the next batch tries again
-                log.warning("checkpointing %s failed", self.path, exc_info=True)
-            finally:
-                self._checkpointing.release()
+            self._checkpoint()
 
+        if self._background.start("ttl-warm-snapshot", warm):
+            self._warming = warmed
+
+    def checkpoint_later(self) -> None:
+        """Checkpoint in the background when one is due (after a sweep's or maintenance's
+        commit: a stream's batches do it after their snapshot warm-up)."""
+        self._background.start("ttl-checkpoint", self._checkpoint)
+
+    def _checkpoint(self) -> None:
+        """Write a Delta checkpoint when one is due (``delta_log.checkpoint_if_due``); store
+        tables leave it to the engine (``layout.CHECKPOINT_INTERVAL``), since Delta's own
+        runs inside a commit. One at a time (twins included); a failure only warns, and
+        the next commit tries again."""
+        if not self._background.checkpointing.acquire(blocking=False):
+            return  # another thread is checkpointing
         try:
-            thread = InheritableThread(target=warm, name="ttl-warm-snapshot", daemon=True)
-            thread.start()
-        except Exception:  # noqa: BLE001 - as above (e.g. Spark stopping)
-            log.debug("could not start warming the snapshot of %s", self.path, exc_info=True)
-            return
-        self._warming = warmed
-        self._background = [t for t in self._background if t.is_alive()] + [thread]
+            self.spark.sparkContext.setJobGroup(CHECKPOINT_GROUP, "ttl checkpoint",
+                                                interruptOnCancel=False)
+            delta_log.checkpoint_if_due(self.spark, self.path)
+        except Exception:  # noqa: BLE001 - the next commit tries again
+            log.warning("checkpointing %s failed", self.path, exc_info=True)
+        finally:
+            self._background.checkpointing.release()
 
     def settle(self) -> None:
         """Wait for the background snapshot of the previous batch, if any (a batch waits
@@ -173,13 +211,15 @@ class DeltaStore:
         if warmed is not None:
             warmed.wait()
 
-    def quiesce(self) -> None:
-        """Wait for all background work: the snapshot warm-up and a checkpoint under way
-        (the stream's shutdown, before Spark stops)."""
+    def quiesce(self, timeout_s: float = QUIESCE_TIMEOUT_S) -> None:
+        """Wait for all background work, the twins' included: the snapshot warm-up and a
+        checkpoint under way (a stream's shutdown, a command's end, before Spark stops),
+        at most ``timeout_s`` (a checkpoint left running is only a warning: a half-written
+        one is never used)."""
         self.settle()
-        for thread in self._background:
-            thread.join()
-        self._background = []
+        if not self._background.join(timeout_s):
+            log.warning("background work on %s (a checkpoint) still runs after %.0f s; "
+                        "going on without it", self.path, timeout_s)
 
     def apply_records(self, records: Iterable[InputRecord], **kwargs) -> WriteResult:
         return self.apply_batch(records_table(list(records)), **kwargs)
