@@ -74,11 +74,16 @@ def _jvm_log(spark, path: str):
     return jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
 
 
+def _updated(spark, path: str):
+    """The newest JVM snapshot of a path (``DeltaLog.update``: one listing, no Spark job)."""
+    none = spark.sparkContext._jvm.scala.Option.empty()
+    return _jvm_log(spark, path).update(False, none, none)
+
+
 def position(spark, path: str) -> tuple[int, str]:
     """The table's current version and Delta table id, from one look at the log (a table
     recreated at the same path has another id and starts its versions again)."""
-    none = spark.sparkContext._jvm.scala.Option.empty()
-    snapshot = _jvm_log(spark, path).update(False, none, none)
+    snapshot = _updated(spark, path)
     return int(snapshot.version()), str(snapshot.metadata().id())
 
 
@@ -89,8 +94,7 @@ def latest_version(spark, path: str) -> int:
     Spark job, where ``history(1)`` runs a job (~0.2 s). Never ``unsafeVolatileSnapshot``:
     it can be stale.
     """
-    none = spark.sparkContext._jvm.scala.Option.empty()
-    return int(_jvm_log(spark, path).update(False, none, none).version())
+    return int(_updated(spark, path).version())
 
 
 def warm_snapshot(spark, path: str) -> None:
@@ -102,8 +106,7 @@ def warm_snapshot(spark, path: str) -> None:
     2-record batches): done beforehand it costs ~0.5 s and takes ~0.7 s off the next MERGE,
     so done while the caller publishes or waits for the next trigger it is saved.
     """
-    none = spark.sparkContext._jvm.scala.Option.empty()
-    _jvm_log(spark, path).update(False, none, none).numOfFiles()
+    _updated(spark, path).numOfFiles()
 
 
 #: Commits after the last checkpoint at which the engine writes the next one, in the
@@ -119,15 +122,13 @@ def checkpoint_if_due(spark, path: str, every: int = CHECKPOINT_EVERY) -> int | 
     the version checkpointed, or ``None``. Any writer may checkpoint: a checkpoint is a
     copy of a version's state, written beside the commits, so it is safe while others
     commit."""
-    none = spark.sparkContext._jvm.scala.Option.empty()
-    log_ = _jvm_log(spark, path)
-    snapshot = log_.update(False, none, none)
+    snapshot = _updated(spark, path)
     version = int(snapshot.version())
     if version - int(snapshot.checkpointProvider().version()) < every:
         return None
-    log_.checkpoint(snapshot, none)
+    _jvm_log(spark, path).checkpoint(snapshot, spark.sparkContext._jvm.scala.Option.empty())
     # Delta logs a failed checkpoint and goes on: only the log says whether it was written.
-    if int(log_.update(False, none, none).checkpointProvider().version()) < version:
+    if int(_updated(spark, path).checkpointProvider().version()) < version:
         log.warning("the checkpoint of %s at version %d was not written (Delta logged why)",
                     path, version)
         return None
