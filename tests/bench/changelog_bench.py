@@ -10,6 +10,10 @@ same query as ``Publisher._changes``, drained in Arrow batches, plus building th
 changelog records) and producing the same number of similar records in one transaction
 with the publisher's producer settings.
 
+Then the stream's own path: ``--known-rounds`` batches of ``--known`` new keys (100-byte
+values, 2 headers) applied with ``keep_changes`` and published from their own rows
+(``Publisher.publish_known``, no read back).
+
 Then a steady update load: ``--rounds`` rounds of ``--batch`` updates of loaded keys through
 ``DeltaStore.apply_records``, each followed by ``publish()``. Lag per round is measured two
 ways: from the Delta commit timestamp (``history`` ``timestamp``, i.e. the commit file's
@@ -30,7 +34,7 @@ from pathlib import Path
 
 from tests.bench.machine import machine_facts
 from tests.support import bulk_load
-from ttl import delta_log
+from ttl.changelog import format as fmt
 from ttl.changelog import topic
 from ttl.changelog.publisher import Publisher
 from ttl.clock import FixedClock
@@ -42,6 +46,8 @@ from ttl.spark import get_session
 from ttl.store import DeltaStore
 
 NOW = 1_700_000_000_000
+VALUE = bytes(range(100))
+HEADERS = (("source", b"bench"), ("trace", b"0123456789abcdef"))
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -62,13 +68,10 @@ def time_feed_read(pub: Publisher, start: int, end: int) -> tuple[int, float, fl
     started = time.monotonic()
     building = 0.0
     rows = 0
-    metadata = delta_log.engine_metadata(pub.spark, pub.path, start, end)
-    for row in pub._changes(start, end):
+    for version, run in pub._changes(start, end):
         t = time.perf_counter()
-        pub._record(row, row["_commit_version"], metadata.get(row["_commit_version"], {}),
-                    set())
+        rows += sum(1 for _ in fmt.records(run, version, None, lambda key: ("delete", None)))
         building += time.perf_counter() - t
-        rows += 1
     return rows, time.monotonic() - started, building
 
 
@@ -135,13 +138,39 @@ def run(args) -> None:
                   f"{result.records / result.seconds:,.0f} records/s", flush=True)
             assert result.records == args.changes, result
             rows, feed_s, build_s = time_feed_read(pub, 0, result.published_version)
-            print(f"[1a] change feed read (same query, Arrow batches, +_record): {rows:,} "
+            print(f"[1a] change feed read (same query, Arrow batches, +records): {rows:,} "
                   f"rows in {feed_s:.1f} s = {rows / feed_s:,.0f} rows/s "
                   f"(of which building records {build_s:.1f} s)", flush=True)
             produce_s = time_produce(kconf, bootstrap, args.changes)
             print(f"[1b] produce only (same producer settings, 1 txn): {args.changes:,} "
                   f"records in {produce_s:.1f} s = {args.changes / produce_s:,.0f} records/s",
                   flush=True)
+
+            # 1d. the same again on a warm JVM (the first change-feed read of a process pays
+            # its warm-up): a second bulk version of as many new keys
+            bulk_load(spark, conf.path, args.changes, NOW, None, prefix="warm-")
+            warm = pub.publish()
+            assert warm.records == args.changes, warm
+            print(f"[1d] publish() again (warm JVM): {warm.records:,} records in "
+                  f"{warm.seconds:.1f} s = {warm.records / warm.seconds:,.0f} records/s",
+                  flush=True)
+
+            # 1c. the stream's own path: a batch published from the rows it wrote
+            known = []
+            for rnd in range(args.known_rounds):
+                records = [InputRecord(b"new-%d-%d" % (rnd, i), VALUE, NOW + i, HEADERS, 0,
+                                       rnd * args.known + i) for i in range(args.known)]
+                wr = store.apply_records(records, keep_changes=True)
+                assert wr.changes is not None, wr
+                r = pub.publish_known(wr.version, wr.changes)
+                assert r.records == args.known and r.published_version == wr.version, r
+                known.append(r.seconds)
+                print(f"  publish_known round {rnd}: {r.records:,} records in "
+                      f"{r.seconds:.2f} s = {r.records / r.seconds:,.0f} records/s", flush=True)
+            if known:
+                med = statistics.median(known)
+                print(f"[1c] publish_known (a batch's own rows, 100-byte values, 2 headers): "
+                      f"median {med:.2f} s = {args.known / med:,.0f} records/s", flush=True)
 
             # 2. commit-to-Kafka lag under a steady update load
             rng = random.Random(1)
@@ -186,6 +215,9 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--batch", type=int, default=1000)
+    parser.add_argument("--known", type=int, default=100_000,
+                        help="records per publish_known round (a batch of new keys)")
+    parser.add_argument("--known-rounds", type=int, default=3)
     run(parser.parse_args())
 
 

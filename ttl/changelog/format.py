@@ -26,6 +26,7 @@ Engine header values are ASCII decimals. Record timestamps are the broker's
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -62,19 +63,88 @@ class ChangelogRecord:
 
 def put(key: bytes, value: bytes, ts: int, user_headers: Headers, version: int,
         stream_time: int | None, record_ttl: int | None) -> ChangelogRecord:
-    engine = [(TS, _num(ts)), (OP, b"put"), (VERSION, _num(version)),
-              (STREAM_TIME, _num(stream_time))]
-    if record_ttl is not None:
-        engine.append((TTL, _num(record_ttl)))
-    return ChangelogRecord(key, value, (*user_headers, *engine))
+    return ChangelogRecord(key, value, (*user_headers, *_put_engine(
+        _num(ts), (VERSION, _num(version)), (STREAM_TIME, _num(stream_time)),
+        None if record_ttl is None else _num(record_ttl))))
 
 
 def tombstone(key: bytes, op: Literal["delete", "expire"], version: int,
               stream_time: int | None, clock: str | None = None) -> ChangelogRecord:
-    engine = [(OP, op.encode()), (VERSION, _num(version)), (STREAM_TIME, _num(stream_time))]
+    return ChangelogRecord(key, None, tuple(_tombstone_headers(
+        op, (VERSION, _num(version)), (STREAM_TIME, _num(stream_time)), clock)))
+
+
+_PUT = (OP, b"put")
+
+
+def _put_engine(ts: bytes, version: tuple, stream_time: tuple,
+                record_ttl: bytes | None) -> tuple:
+    if record_ttl is None:
+        return (TS, ts), _PUT, version, stream_time
+    return (TS, ts), _PUT, version, stream_time, (TTL, record_ttl)
+
+
+def _tombstone_headers(op: str, version: tuple, stream_time: tuple,
+                       clock: str | None) -> list[tuple[str, bytes]]:
     if op == "expire":
-        engine.append((CLOCK, (clock or "wall").encode()))
-    return ChangelogRecord(key, None, tuple(engine))
+        return [(OP, b"expire"), version, stream_time, (CLOCK, (clock or "wall").encode())]
+    return [(OP, op.encode()), version, stream_time]
+
+
+#: How a removed key is told on the changelog: its op and, for an expiry, the clock.
+Removal = Callable[[bytes], tuple[Literal["delete", "expire"], str | None]]
+#: A record as produced: key, value (``None`` for a tombstone), headers.
+Produced = tuple[bytes, bytes | None, list[tuple[str, bytes | None]]]
+
+
+def records(rows, version: int, stream_time: int | None, removal: Removal) -> Iterator[Produced]:
+    """The records of one version's rows, in their order: ``put`` for a row whose key is
+    ``present`` at the end of the version, else ``tombstone`` with the op and clock
+    ``removal`` gives for its key.
+
+    ``rows`` is an Arrow record batch with ``key``, ``present``, ``value``, ``ts``,
+    ``headers`` and ``record_ttl``. The records equal ``put``/``tombstone``'s, but are
+    built a column at a time: building each one from a row dict was half the publisher's
+    time (a 100k-record batch: 0.5 s of 1.1 s).
+    """
+    keys = rows.column("key").to_pylist()
+    present = rows.column("present").to_pylist()
+    values = rows.column("value").to_pylist()
+    ts = _decimals(rows.column("ts"))
+    ttls = _decimals(rows.column("record_ttl"))
+    user = _user_headers(rows.column("headers"))
+    at = (VERSION, _num(version))
+    st = (STREAM_TIME, _num(stream_time))
+    for i, key in enumerate(keys):
+        if present[i]:
+            headers = user(i)
+            headers.extend(_put_engine(ts[i], at, st, ttls[i]))
+            yield key, values[i], headers
+        else:
+            op, clock = removal(key)
+            yield key, None, _tombstone_headers(op, at, st, clock)
+
+
+def _decimals(column) -> list[bytes | None]:
+    """An integer column as ASCII decimals (``None`` stays ``None``), cast in Arrow."""
+    import pyarrow as pa
+
+    return column.cast(pa.string()).cast(pa.binary()).to_pylist()
+
+
+def _user_headers(column) -> Callable[[int], list]:
+    """Row ``i``'s headers (a list column of ``key``/``value`` structs) as a new list of
+    ``(key, value)`` pairs; a null list is no headers."""
+    offsets = column.offsets.to_pylist()  # into ``values``, which ignores a slice's offset
+    base = offsets[0]
+    values = column.values.slice(base, offsets[-1] - base)  # only this slice's headers
+    pairs = list(zip(values.field("key").to_pylist(), values.field("value").to_pylist(),
+                     strict=True))
+    offsets = [o - base for o in offsets]
+    if column.null_count:
+        valid = column.is_valid().to_pylist()
+        return lambda i: pairs[offsets[i]:offsets[i + 1]] if valid[i] else []
+    return lambda i: pairs[offsets[i]:offsets[i + 1]]
 
 
 def split_headers(headers: Headers) -> tuple[Headers, dict[str, bytes | None]]:

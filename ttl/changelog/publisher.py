@@ -244,7 +244,7 @@ class Publisher:
         started = time.monotonic()
         result = PublishResult(published_version=self.progress.version,
                                table_version=version + self.offset)
-        self._publish_range(version, version, result, rows=_known_rows(version, changes))
+        self._publish_range(version, version, result, runs=_known_runs(version, changes))
         rest = self.publish(until)
         result.versions += rest.versions
         result.records += rest.records
@@ -255,9 +255,9 @@ class Publisher:
         result.seconds = time.monotonic() - started
         return result
 
-    def _changes(self, start: int, end: int) -> Iterator[dict]:
+    def _changes(self, start: int, end: int) -> Iterator[tuple]:
         """Per (version, key) the row that says how the key ends in that version, in version
-        order, read in Arrow batches (``_change_rows``)."""
+        order, read in Arrow batches (``_version_runs``)."""
         from pyspark.sql import functions as F
 
         cdf = (self.spark.read.format("delta").option("readChangeFeed", "true")
@@ -269,14 +269,14 @@ class Publisher:
                                         present.alias("present")), present).alias("r"))
                  .select("_commit_version", "key", "r.*")
                  .orderBy("_commit_version"))
-        return _change_rows(final)
+        return _version_runs(final)
 
     def _publish_range(self, start: int, end: int, result: PublishResult,
-                       rows: Iterator | None = None) -> None:
+                       runs: Iterator | None = None) -> None:
         committed = Progress(self.progress.version, self.progress.stream_time,
                              dict(self.progress.input_offsets))
         try:
-            self._publish_versions(start, end, result, rows)
+            self._publish_versions(start, end, result, runs)
         except PublisherFenced:
             raise
         except KafkaException as exc:
@@ -333,7 +333,7 @@ class Publisher:
             self._carry({"stream_time": delta_log.max_stream_time(self.spark, self.path),
                          "input_offsets": (position.metadata or {}).get("input_offsets")
                          if position is not None else None})
-            self._publish_range(latest, latest, result, rows=_change_rows(rows))
+            self._publish_range(latest, latest, result, runs=_version_runs(rows))
         except BaseException:
             self.progress = committed
             raise
@@ -358,42 +358,45 @@ class Publisher:
             log.warning("could not abort the changelog transaction", exc_info=True)
 
     def _publish_versions(self, start: int, end: int, result: PublishResult,
-                          rows: Iterator | None = None) -> None:
+                          runs: Iterator | None = None) -> None:
         metadata = delta_log.engine_metadata(self.spark, self.path, start, end)
-        rows = self._changes(start, end) if rows is None else rows
+        runs = self._changes(start, end) if runs is None else runs
         try:
-            self._publish_rows(start, end, result, rows, metadata)
+            self._publish_runs(start, end, result, runs, metadata)
         finally:  # a failure midway ends the change feed's serving job too
-            close = getattr(rows, "close", None)
+            close = getattr(runs, "close", None)
             if close is not None:
                 close()
 
-    def _publish_rows(self, start: int, end: int, result: PublishResult, rows: Iterator,
+    def _publish_runs(self, start: int, end: int, result: PublishResult, runs: Iterator,
                       metadata: dict[int, dict]) -> None:
-        pending = next(rows, None)
+        """Produce ``runs`` (``(version, rows)`` in version order, ``_version_runs``)."""
+        pending = next(runs, None)
         in_txn = 0
         self.producer.begin_transaction()
         for version in range(start, end + 1):
             meta = metadata.get(version, {})
             self._carry(meta)
-            expired = set(meta.get("expired_keys") or ())
-            while pending is not None and pending["_commit_version"] == version:
-                record = self._record(pending, version + self.offset, meta, expired)
-                self._produce(self.topic, record.key, record.value, record.headers)
-                in_txn += 1
-                result.records += 1
-                if record.value is None:
-                    result.tombstones += 1
-                else:
-                    result.puts += 1
-                pending = next(rows, None)
-                if in_txn >= self.conf.max_records_per_transaction:
-                    # A huge version spans transactions (each must end within the broker's
-                    # transaction timeout). Progress only moves at a version's end, so after
-                    # a crash the version is republished whole: repeated, never skipped.
-                    self._commit(with_progress=False)
-                    in_txn = 0
-                    self.producer.begin_transaction()
+            removal = _removal(meta)
+            while pending is not None and pending[0] == version:
+                for key, value, headers in fmt.records(pending[1], version + self.offset,
+                                                       self.progress.stream_time, removal):
+                    self._produce(self.topic, key, value, headers)
+                    in_txn += 1
+                    result.records += 1
+                    if value is None:
+                        result.tombstones += 1
+                    else:
+                        result.puts += 1
+                    if in_txn >= self.conf.max_records_per_transaction:
+                        # A huge version spans transactions (each must end within the
+                        # broker's transaction timeout). Progress only moves at a version's
+                        # end, so after a crash the version is republished whole: repeated,
+                        # never skipped.
+                        self._commit(with_progress=False)
+                        in_txn = 0
+                        self.producer.begin_transaction()
+                pending = next(runs, None)
             result.versions += 1
             self.progress.version = version + self.offset
             if in_txn >= self.conf.max_records_per_transaction or version == end:
@@ -413,25 +416,10 @@ class Publisher:
             self.progress.input_offsets = {**self.progress.input_offsets,
                                            **meta["input_offsets"]}
 
-    def _record(self, row: dict, version: int, meta: dict,
-                expired: set[str]) -> fmt.ChangelogRecord:
-        key = row["key"]
-        if row["present"]:
-            headers = tuple((h["key"], h["value"]) for h in row["headers"] or ())
-            return fmt.put(key, row["value"], row["ts"], headers, version,
-                           self.progress.stream_time, row["record_ttl"])
-        if meta.get("op") == OP_SWEEP:
-            return fmt.tombstone(key, "expire", version, self.progress.stream_time,
-                                 meta.get("clock"))
-        if key.hex() in expired:
-            return fmt.tombstone(key, "expire", version, self.progress.stream_time,
-                                 _batch_clock(meta))
-        return fmt.tombstone(key, "delete", version, self.progress.stream_time)
-
-    def _produce(self, topic: str, key: bytes, value: bytes | None, headers) -> None:
+    def _produce(self, topic: str, key: bytes, value: bytes | None, headers: list) -> None:
         while True:
             try:
-                self.producer.produce(topic, key=key, value=value, headers=list(headers))
+                self.producer.produce(topic, key=key, value=value, headers=headers)
                 return
             except BufferError:
                 self.producer.poll(0.05)
@@ -439,7 +427,7 @@ class Publisher:
     def _commit(self, with_progress: bool = True) -> None:
         if with_progress:
             self._produce(self.progress_topic, PROGRESS_KEY,
-                          self.progress.to_json(self.store, self.clock.now_ms()), ())
+                          self.progress.to_json(self.store, self.clock.now_ms()), [])
         try:
             self.producer.commit_transaction(self.conf.transaction_timeout / 1000)
         except KafkaException as exc:
@@ -475,22 +463,41 @@ def _first_line(exc: BaseException) -> str:
     return lines[0][:300] if lines else type(exc).__name__
 
 
-def _change_rows(frame) -> Iterator[dict]:
-    """A frame of ``_changes``'s columns as flat dicts, read in Arrow batches in its order."""
+def _version_runs(frame) -> Iterator[tuple[int, object]]:
+    """A frame of ``_changes``'s columns, read in Arrow batches in its order, as runs of
+    rows of one version each: ``(version, rows)`` (a version may span several runs)."""
     from ttl.spark import arrow_batches
 
     for batch in arrow_batches(frame):
-        yield from batch.to_pylist()
+        versions = batch.column("_commit_version").to_pylist()
+        first = 0
+        for i in range(1, len(versions) + 1):
+            if i == len(versions) or versions[i] != versions[first]:
+                yield versions[first], batch.slice(first, i - first)
+                first = i
 
 
-def _known_rows(version: int, changes) -> Iterator[dict]:
-    """A batch's changes (Arrow) in the shape of ``_changes``'s rows, one per key."""
+def _known_runs(version: int, changes) -> Iterator[tuple[int, object]]:
+    """A batch's changes (Arrow: ``kind`` upsert/delete, one row per key) as ``version``'s
+    run of ``_changes``'s rows."""
+    import pyarrow.compute as pc
+
     for batch in changes.to_batches(max_chunksize=10_000):
-        for row in batch.to_pylist():
-            yield {"_commit_version": version, "key": row["key"], "value": row["value"],
-                   "ts": row["ts"], "headers": row["headers"],
-                   "record_ttl": row["record_ttl"],
-                   "present": 1 if row["kind"] == "upsert" else 0}
+        yield version, batch.append_column("present", pc.equal(batch.column("kind"), "upsert"))
+
+
+def _removal(meta: dict) -> fmt.Removal:
+    """How a version's removed keys are told (BRIEF §5): a sweep's as expired by its clock,
+    the keys a batch lists as expired on arrival by the batch's clock, any other as
+    deleted."""
+    if meta.get("op") == OP_SWEEP:
+        clock = meta.get("clock")
+        return lambda key: ("expire", clock)
+    expired = set(meta.get("expired_keys") or ())
+    if not expired:
+        return lambda key: ("delete", None)
+    clock = _batch_clock(meta)
+    return lambda key: ("expire", clock) if key.hex() in expired else ("delete", None)
 
 
 def _batch_clock(meta: dict) -> str:
