@@ -4,6 +4,7 @@ records ``format.put``/``format.tombstone`` write down for each row."""
 from __future__ import annotations
 
 import pyarrow as pa
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -72,3 +73,13 @@ def test_a_put_carries_user_headers_then_the_engine_headers():
                                 ("ttl.ttl", b"60000")])
     assert gone == (b"b", None, [("ttl.op", b"expire"), ("ttl.version", b"7"),
                                  ("ttl.stream-time", b"none"), ("ttl.clock", b"stream")])
+
+
+def test_a_null_header_element_fails_the_publication_loudly():
+    """The engine never writes one, but another writer of the table could: no record is
+    made up for it."""
+    batch = pa.RecordBatch.from_pylist([
+        {"key": b"a", "present": True, "value": b"v", "ts": 5, "headers": [None],
+         "record_ttl": None}], schema=ROWS_SCHEMA)
+    with pytest.raises(ValueError, match="null header"):
+        list(fmt.records(batch, 1, None, lambda key: ("delete", None)))

@@ -138,6 +138,9 @@ def _user_headers(column) -> Callable[[int], list]:
     offsets = column.offsets.to_pylist()  # into ``values``, which ignores a slice's offset
     base = offsets[0]
     values = column.values.slice(base, offsets[-1] - base)  # only this slice's headers
+    if values.null_count:  # the engine never writes one; another writer of the table might
+        raise ValueError("a row of the store's change feed has a null header (an element "
+                         "of its headers list); a changelog record cannot carry it")
     pairs = list(zip(values.field("key").to_pylist(), values.field("value").to_pylist(),
                      strict=True))
     offsets = [o - base for o in offsets]
