@@ -12,7 +12,8 @@ with the publisher's producer settings.
 
 Then the stream's own path: ``--known-rounds`` batches of ``--known`` new keys (100-byte
 values, 2 headers) applied with ``keep_changes`` and published from their own rows
-(``Publisher.publish_known``, no read back).
+(``Publisher.publish_known``, no read back) ``[1c]``; then ``publish()`` of a second bulk
+version of ``--changes`` rows ``[1d]``, on a JVM the first one warmed up.
 
 Then a steady update load: ``--rounds`` rounds of ``--batch`` updates of loaded keys through
 ``DeltaStore.apply_records``, each followed by ``publish()``. Lag per round is measured two
