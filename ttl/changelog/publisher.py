@@ -494,8 +494,6 @@ def _removal(meta: dict) -> fmt.Removal:
         clock = meta.get("clock")
         return lambda key: ("expire", clock)
     expired = set(meta.get("expired_keys") or ())
-    if not expired:
-        return lambda key: ("delete", None)
     clock = _batch_clock(meta)
     return lambda key: ("expire", clock) if key.hex() in expired else ("delete", None)
 
