@@ -236,6 +236,22 @@ def batches(draw, *, base_ms: int = BASE_MS, min_batches: int = 1, max_batches: 
 
 
 @st.composite
+def seeded_batches(draw, *, keys: Sequence[bytes], **batch_options) -> list[Batch]:
+    """A first batch that puts every key of ``keys`` (plain records at the base clock),
+    then ``batches(keys=keys, ...)``: the later batches find their keys stored, so they
+    update and remove stored rows (a replace, or a MERGE when a batch only removes keys)
+    instead of appending new ones. Offsets run on from the first batch."""
+    plan = draw(batches(keys=keys, **batch_options))
+    seed = [InputRecord(k, b"seed", BASE_MS) for k in keys]
+    flat = assign_offsets(seed + [r for b in plan for r in b.records])
+    out, at = [Batch(plan[0].wall_ms, flat[:len(seed)])], len(seed)
+    for b in plan:
+        out.append(Batch(b.wall_ms, flat[at:at + len(b.records)]))
+        at += len(b.records)
+    return out
+
+
+@st.composite
 def semantics(draw, *, small_limits: bool = True) -> Semantics:
     """Store settings: TTL, late policy, missing-timestamp policy, future and size limits.
 

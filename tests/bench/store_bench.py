@@ -7,9 +7,9 @@ Loads N keys straight into a v3 table (one bulk write), then applies update batc
 ``--batch`` records through ``DeltaStore.apply_batch`` (5% out-of-order timestamps,
 ``--deletes`` of them deletes (1% by default), keys drawn uniformly from the N), with and
 without deletion vectors, and prints records/s, the per-commit time of each batch, the write
-it made (a batch with a delete is a MERGE, one without a replace by key), its Spark jobs and
-its per-phase split (the input is turned into Arrow before the clock starts, as the stream's
-read phase does).
+it made (a replace when the batch upserts a key, a MERGE when it only removes keys), its
+Spark jobs and its per-phase split (the input is turned into Arrow before the clock starts,
+as the stream's read phase does).
 
     .venv/bin/python -m tests.bench.store_bench --deletion-vectors on --deletes 0
 """

@@ -281,14 +281,17 @@ def test_killed_publisher_resumes_with_no_gap_and_no_reordering(spark, kafka, kc
     assert all(v == [1] for k, v in versions.items() if k != b"k5")
 
 
-# A batch with a removal is a MERGE (update pre/post-images in change files); one without is
-# a replace by key (its change feed, read from deletion vectors, says delete + insert for an
-# updated key). Both must publish what the batch's own rows say.
+# A batch that only removes keys is a MERGE (change files); one that upserts is a replace
+# (its change feed, read from deletion vectors, says delete + insert for an updated key and
+# delete for a removed one; without deletion vectors it rewrites files and writes change
+# files). Every kind must publish what the batch's own rows say.
+REMOVING = [(b"gone", None, NOW + 1), (b"old", b"x", NOW - 2 * TTL, (("ttl.ttl", b"1"),))]
 BATCHES = {
-    "merge": ([(b"gone", None, NOW + 1), (b"old", b"x", NOW - 2 * TTL, (("ttl.ttl", b"1"),)),
-               (b"new", b"n", NOW + 2, (("h", b"1"), ("h", None), ("ttl.ttl", b"99999999"))),
-               (b"kept", b"k", NOW + 3)],
-              [(b"gone", b"delete"), (b"kept", b"put"), (b"new", b"put"), (b"old", b"expire")]),
+    "merge": (REMOVING, [(b"gone", b"delete"), (b"old", b"expire")]),
+    "replace_removing": (
+        [*REMOVING, (b"new", b"n", NOW + 2, (("h", b"1"), ("h", None), ("ttl.ttl", b"99999999"))),
+         (b"kept", b"k", NOW + 3)],
+        [(b"gone", b"delete"), (b"kept", b"put"), (b"new", b"put"), (b"old", b"expire")]),
     "replace": ([(b"gone", b"g", NOW + 1, (("h", b"2"),)),
                  (b"new", b"n", NOW + 2, (("h", b"1"), ("h", None), ("ttl.ttl", b"99999999"))),
                  (b"kept", b"k", NOW + 3, (("ttl.ttl", b"1000"),))],
@@ -296,10 +299,11 @@ BATCHES = {
 }
 
 
-@pytest.mark.parametrize("write,deletion_vectors",
-                         [("merge", True), ("replace", True), ("replace", False)])
+@pytest.mark.parametrize("batch_kind,deletion_vectors",
+                         [("merge", True), ("replace_removing", True),
+                          ("replace_removing", False), ("replace", True)])
 def test_a_batch_published_from_its_own_changes_equals_its_change_feed(
-        spark, kafka, table_path, write, deletion_vectors):
+        spark, kafka, table_path, batch_kind, deletion_vectors):
     """``publish_known`` (no change-feed read) gives exactly the records the CDF path gives
     for the same version: puts with user headers and per-record TTLs, deletes, expiries,
     whichever write made the version (a replace on a table without deletion vectors
@@ -307,9 +311,9 @@ def test_a_batch_published_from_its_own_changes_equals_its_change_feed(
     store = make_store(spark, table_path, deletion_vectors=deletion_vectors)
     store.apply_records(recs((b"gone", b"v", NOW), (b"old", b"v", NOW - TTL + 10),
                              (b"kept", b"v", NOW)))
-    records, expected_ops = BATCHES[write]
+    records, expected_ops = BATCHES[batch_kind]
     batch = store.apply_records(recs(*records), keep_changes=True)
-    assert batch.write == write
+    assert batch.write == batch_kind.split("_")[0]
     assert batch.changes is not None and batch.changes.num_rows == len(records)
     streams = {}
     for way in ("known", "feed"):

@@ -170,11 +170,12 @@ def test_replayed_batch_with_the_same_txn_is_not_applied_twice(spark, table_path
     assert store.apply_records(batch, txn=("app-s-batch", 8)).applied
 
 
-def test_upserts_without_removals_replace_by_key_and_give_the_merges_table(spark, tmp_path,
-                                                                          monkeypatch):
-    """A batch that only upserts (stored keys and new ones) is one replace-by-key commit
-    (Delta's ``replaceUsing``): every other row stays, the table is the one a MERGE gives,
-    and a replay by its txn id is skipped; a batch with a removal is a MERGE."""
+def test_a_batch_that_upserts_is_a_replace_and_gives_the_merges_table(spark, tmp_path,
+                                                                     monkeypatch):
+    """A batch that upserts (stored keys and new ones, with or without removals) is one
+    replace commit (Delta's ``replaceOn``): the stored rows of its changed keys go, its
+    upserts come in, every other row stays; the table is the one a MERGE gives, and a replay
+    by its txn id is skipped. A batch that only removes keys is a MERGE."""
     from ttl import delta_log
     from ttl.store import write
     from ttl.timestamps import NO_TIMESTAMP
@@ -185,47 +186,62 @@ def test_upserts_without_removals_replace_by_key_and_give_the_merges_table(spark
                InputRecord(b"k05", b"a", NOW + 1, (), 0, 102),
                InputRecord(b"k05", b"b", NOW + 1, (), 0, 103),
                InputRecord(b"fresh", b"f", NOW, (("ttl.ttl", b"5000"),), 0, 104)]
-    removal = [InputRecord(b"k03", None, NOW + 2, (), 0, 105),
-               InputRecord(b"k04", b"w", NOW + 2, (), 0, 106)]
+    mixed = [InputRecord(b"k03", None, NOW + 2, (), 0, 105),  # a removal beside upserts
+             InputRecord(b"k04", b"w", NOW + 2, (), 0, 106),
+             InputRecord(b"k06", b"x", NOW + 2, (), 0, 107),
+             InputRecord(b"k06", None, NOW + 3, (), 0, 108),  # upserted, then removed
+             InputRecord(b"absent", None, NOW + 2, (), 0, 109),
+             InputRecord(b"k07", b"old", NOW - 5, (), 0, 110)]  # older than the stored
+    removals = [InputRecord(b"k08", None, NOW + 2, (), 0, 111),
+                InputRecord(b"k09", None, NOW + 2, (), 0, 112)]
     tables, counts = {}, {}
     for way in ("replace", "merge"):
         monkeypatch.setattr(write, "_REPLACE_SUPPORTED", way == "replace")
         path = str(tmp_path / way)
         store = make_store(spark, path)
         assert store.apply_records(load).write == "append"
-        first = store.apply_records(upserts, txn=("app", 1))
-        assert first.write == way and first.applied
-        counts[way] = first.counts.as_dict()
-        assert delta_log.commit_info(spark, path, first.version).operation == \
-            ("WRITE" if way == "replace" else "MERGE")
-        again = store.apply_records(upserts, txn=("app", 1))
-        assert not again.applied and again.version == first.version
-        assert store.apply_records(removal).write == "merge"
+        for n, batch in enumerate((upserts, mixed)):
+            first = store.apply_records(batch, txn=("app", n))
+            assert first.write == way and first.applied
+            counts[way, n] = first.counts.as_dict()
+            assert delta_log.commit_info(spark, path, first.version).operation == \
+                ("WRITE" if way == "replace" else "MERGE")
+            again = store.apply_records(batch, txn=("app", n))
+            assert not again.applied and again.version == first.version
+        removed = store.apply_records(removals)
+        assert removed.write == "merge" and removed.rows_deleted == 2
         tables[way] = store.entries(at=NO_TIMESTAMP)
-    assert tables["replace"] == tables["merge"] and counts["replace"] == counts["merge"]
-    assert len(tables["replace"]) == 40  # 40 + fresh - k03
+    assert tables["replace"] == tables["merge"]
+    assert all(counts["replace", n] == counts["merge", n] for n in (0, 1))
+    assert len(tables["replace"]) == 37  # 40 + fresh - k03 - k06 - k08 - k09
     assert tables["replace"][b"k05"].value == b"b"  # the later of two equal timestamps
+    assert tables["replace"][b"k04"].value == b"w" and b"k06" not in tables["replace"]
+    rows = spark.read.format("delta").load(str(tmp_path / "replace"))
+    assert rows.count() == 37  # one row per key: nothing inserted twice
 
 
-# Only the MERGE: a replace by key commits so soon after its snapshot that an operator's
-# UPDATE started beside it lands inside its window about once in a hundred batches (one
-# to four minutes here), too slow and too uncertain for the suite. The replace conflicts
+# Only the MERGE (forced: a batch that upserts is a replace): a replace commits so soon
+# after its snapshot that an operator's UPDATE started beside it lands inside its window
+# about once in a hundred batches (one to four minutes here), too slow and too uncertain
+# for the suite. The replace conflicts
 # the same way (its delete reads every file; seen in a throwaway run: ConcurrentAppend,
 # retried, one row per key).
 @pytest.mark.parametrize("write", ["merge"])
-def test_a_batch_that_conflicts_with_an_operators_commit_runs_again(spark, table_path, write):
+def test_a_batch_that_conflicts_with_an_operators_commit_runs_again(spark, table_path, write,
+                                                                    monkeypatch):
     """Reliability 9: an operator's UPDATE committed while a batch's write runs makes Delta
     abort the write with a conflict; the batch runs again on the new version (it used to
-    fail the stream), whichever write it makes (a MERGE when it removes a key, else a
-    replace by key). Each batch starts together with an operator's UPDATE, so the two race
-    to commit, until a batch has conflicted (bounded by a deadline); then the operator
-    stops, so the batch's retry can win."""
+    fail the stream), whichever write it makes. Each batch starts together with an
+    operator's UPDATE, so the two race to commit, until a batch has conflicted (bounded
+    by a deadline); then the operator stops, so the batch's retry can win."""
     import logging
     import threading
     import time
 
     from ttl.delta_log import conflicts
+    from ttl.store import write as writes
 
+    monkeypatch.setattr(writes, "_REPLACE_SUPPORTED", write == "replace")
     store = make_store(spark, table_path, ttl=None)
     keys = [b"k%02d" % i for i in range(20)]
     store.apply_records([InputRecord(k, b"v0", NOW, (), 0, i)

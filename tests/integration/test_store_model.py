@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 
-from tests.strategies import CLOCKS, KEYS, WIDE_KEYS, batches, semantics
+from tests.strategies import CLOCKS, KEYS, WIDE_KEYS, batches, seeded_batches, semantics
 from ttl.clock import FixedClock
 from ttl.config import StoreConfig
 from ttl.model import ReferenceStore
@@ -28,6 +28,7 @@ from ttl.timestamps import NO_TIMESTAMP
 pytestmark = pytest.mark.integration
 
 EXAMPLES = 300 if os.environ.get("TTL_LONG") else 40
+STORED_EXAMPLES = 100 if os.environ.get("TTL_LONG") else 12
 LOOKUPS = ("delta-rs", "spark-in", "spark-join")
 
 
@@ -40,8 +41,10 @@ LOOKUPS = ("delta-rs", "spark-in", "spark-join")
 def test_delta_store_equals_reference_model_after_every_batch(spark, tmp_path_factory, sem,
                                                               clock, how, replace, plan):
     # Each lookup reader in turn: delta-rs, Spark's key filter, and the broadcast join a
-    # large batch uses; and both writes of a batch that removes no key: the replace by key,
-    # or the MERGE every other batch makes (an append is a third: none of the keys stored).
+    # large batch uses; and both writes of a batch that upserts: the replace (with or
+    # without removals beside the upserts), or the MERGE every batch makes where Delta
+    # has no replace (an append is a third: none of the keys stored; a batch that only
+    # removes keys is always a MERGE).
     in_list = lookup.LOOKUP_IN_LIST
     lookup.LOOKUP_IN_LIST = 0 if how == "spark-join" else in_list
     write._REPLACE_SUPPORTED = None if replace else False
@@ -51,6 +54,20 @@ def test_delta_store_equals_reference_model_after_every_batch(spark, tmp_path_fa
     finally:
         lookup.LOOKUP_IN_LIST = in_list
         write._REPLACE_SUPPORTED = None
+
+
+@settings(max_examples=STORED_EXAMPLES, deadline=None, derandomize=True,
+          phases=[Phase.explicit, Phase.generate],
+          suppress_health_check=list(HealthCheck))
+@given(sem=semantics(), clock=CLOCKS, plan=st.sampled_from((KEYS, WIDE_KEYS[:15])).flatmap(
+    lambda keys: seeded_batches(keys=keys, min_batches=1, max_batches=2, max_records=12)))
+def test_batches_over_stored_keys_equal_the_reference_model(spark, tmp_path_factory, sem,
+                                                            clock, plan):
+    """The same check on batches whose keys are stored (a first batch puts them all): the
+    updates, removals and expiries on arrival of stored rows, which the replace (or, for a
+    batch that only removes keys, the MERGE) writes. The test above, from an empty table,
+    mostly appends."""
+    _run_against_model(spark, tmp_path_factory, sem, clock, plan, "delta-rs")
 
 
 def _run_against_model(spark, tmp_path_factory, sem, clock, plan, how="auto") -> None:
