@@ -30,7 +30,8 @@ def _rows(table: pa.Table) -> list[tuple]:
     return sorted(zip(*(table[c].to_pylist() for c in table.column_names), strict=True))
 
 
-def test_delta_rs_and_spark_read_the_same_rows_at_every_version(spark, table_path):
+def test_delta_rs_and_spark_read_the_same_rows_at_every_version(spark, table_path,
+                                                                monkeypatch):
     store = DeltaStore(spark, StoreConfig(name="lk", path=table_path, ttl=3_600_000),
                        wall_clock=FixedClock(NOW))
     keys = [b"k%03d" % i for i in range(60)]
@@ -55,6 +56,9 @@ def test_delta_rs_and_spark_read_the_same_rows_at_every_version(spark, table_pat
         for wanted in wanted_sets:
             want = pa.array(wanted, pa.binary())
             rust = lookup.with_delta_rs(table_path, want, version)
+            with monkeypatch.context() as m:  # matched a few rows at a time: the same rows
+                m.setattr(lookup, "MATCH_ROWS", 7)
+                assert _rows(lookup.with_delta_rs(table_path, want, version)) == _rows(rust)
             for in_list in (lookup.LOOKUP_IN_LIST, 0):  # the key filter, the broadcast join
                 lookup.LOOKUP_IN_LIST, saved = in_list, lookup.LOOKUP_IN_LIST
                 try:

@@ -101,26 +101,45 @@ class Lookup:
         return with_spark(spark, path, keys, version)
 
 
+#: The delta-rs lookup matches scanned rows against the batch's keys this many rows at a
+#: time. ``is_in`` builds its hash set of the keys once per call (for all the chunks of a
+#: chunked array), so a call per scanned batch (DataFusion's 8k rows) rebuilt it 124 times
+#: on a 1M-key table: 0.5 s of a 0.6 s lookup of 100k keys, against 0.03-0.07 s for one
+#: call. The driver holds at most this many rows of the narrow columns (about 40 MB).
+MATCH_ROWS = 1 << 20
+
+
 def with_delta_rs(path: str, keys: pa.Array, version: int) -> pa.Table:
     """The delta-rs lookup: the table at ``version``, its narrow columns streamed in Arrow
-    batches, each filtered to ``keys`` (``is_in`` on the driver)."""
-    import pyarrow.compute as pc
+    batches and matched to ``keys`` (``is_in`` on the driver) ``MATCH_ROWS`` at a time."""
     from deltalake import DeltaTable, QueryBuilder
 
-    schema = stored_arrow_schema()
     table = DeltaTable(path, version=version)
     reader = QueryBuilder().register("t", table).execute(
         f"SELECT {', '.join(STORED_COLUMNS)} FROM t")
-    found = []
+    found, pending, rows = [], [], 0
     for raw in reader:
         batch = pa.record_batch(raw)  # an arro3 batch (Arrow's C interface) -> pyarrow
-        # DataFusion hands out view types (binary_view); is_in and the fold want binary.
-        wanted = pc.is_in(batch.column(0).cast(pa.binary()), value_set=keys)
-        if pc.any(wanted).as_py():
-            columns = [batch.column(i).cast(schema.field(i).type) for i in range(len(schema))]
-            found.append(pa.Table.from_arrays([c.filter(wanted) for c in columns],
-                                              schema=schema))
-    return pa.concat_tables(found) if found else schema.empty_table()
+        pending.append(batch)
+        rows += batch.num_rows
+        if rows >= MATCH_ROWS:
+            found.append(_matching(pending, keys))
+            pending, rows = [], 0
+    if pending:
+        found.append(_matching(pending, keys))
+    return pa.concat_tables(found) if found else stored_arrow_schema().empty_table()
+
+
+def _matching(batches: list[pa.RecordBatch], keys: pa.Array) -> pa.Table:
+    """The rows of ``batches`` whose key is one of ``keys``, in ``stored_arrow_schema()``
+    (DataFusion hands out view types, binary_view; ``is_in`` and the fold want binary)."""
+    import pyarrow.compute as pc
+
+    schema = stored_arrow_schema()
+    columns = [pa.chunked_array([b.column(i) for b in batches]).cast(schema.field(i).type)
+               for i in range(len(schema))]
+    wanted = pc.is_in(columns[0], value_set=keys)
+    return pa.Table.from_arrays([c.filter(wanted) for c in columns], schema=schema)
 
 
 def with_spark(spark, path: str, keys: pa.Array, version: int) -> pa.Table:
