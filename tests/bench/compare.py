@@ -26,7 +26,10 @@ that changelog with a plain consumer.
 Records/s of a streaming run is over the sum of its batch durations (``ttl.batch``
 ``duration_s``, plus the last batch's publication, which no next batch overlaps;
 ``lastProgress`` ``triggerExecution`` for A and B), so JVM and Python worker
-start-up do not count; ttl's end-to-end wall time (start-up included) is printed beside it.
+start-up do not count; ttl's end-to-end wall time (start-up included) is printed beside it,
+and so is how busy the machine's cores were while ttl's batches ran (``/proc/stat``, every
+process) with the CPU-seconds that makes per 100k records: what bounds a run that keeps
+every core busy.
 Absolute figures move with the machine's load; the ratios, from one run, are the result.
 """
 
@@ -38,6 +41,7 @@ import random
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -137,6 +141,45 @@ def parquet_ceiling(spark, records: int, path: str) -> float:
 
 # -- the systems --------------------------------------------------------------------------------
 
+class CpuSampler:
+    """The machine's CPU use (``/proc/stat``, every process: ``ttl``'s Python and JVM, the
+    broker) sampled while a run goes, to say how busy its cores were while batches ran: a
+    run that keeps them all busy is bound by the CPU work per record, not by waiting."""
+
+    def __init__(self, interval_s: float = 0.25) -> None:
+        self.samples: list[tuple[float, int, int]] = []  # (time, busy jiffies, all jiffies)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def _read() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            ticks = [int(x) for x in f.readline().split()[1:9]]  # user .. steal
+        idle = ticks[3] + ticks[4]  # idle, iowait
+        return sum(ticks) - idle, sum(ticks)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.time(), *self._read()))
+            self._stop.wait(0.25)
+
+    def __enter__(self) -> CpuSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def busy_cores(self, start: float, end: float) -> float | None:
+        """Cores busy on average between ``start`` and ``end`` (epoch seconds)."""
+        inside = [s for s in self.samples if start <= s[0] <= end]
+        if len(inside) < 2 or inside[-1][2] == inside[0][2]:
+            return None
+        (_, b0, t0), (_, b1, t1) = inside[0], inside[-1]
+        return (b1 - b0) / (t1 - t0) * (os.cpu_count() or 1)
+
+
 class Run:
     """One system over one workload: records, batch durations, wall time, extras."""
 
@@ -162,13 +205,14 @@ def run_ttl(conf_path: Path, records: int, label: str) -> Run:
     err_path = conf_path.parent / f"{label}.stderr"
     cmd = [sb.TTL_BIN, "run", "--conf", str(conf_path), "--available-now"]
     started = time.monotonic()
-    with err_path.open("w") as err:
+    with err_path.open("w") as err, CpuSampler() as cpu:
         proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=err, timeout=3600)
     wall = time.monotonic() - started
     if proc.returncode != 0:
         raise RuntimeError(f"ttl run exited {proc.returncode}:\n{sb.tail(err_path)}")
-    batches = [b for _, b in sb.batch_lines(err_path.read_text(errors="replace"))
-               if b["records_in"]]
+    lines = [(t, b) for t, b in sb.batch_lines(err_path.read_text(errors="replace"))
+             if b["records_in"]]
+    batches = [b for _, b in lines]
     seen = sum(b["records_in"] for b in batches)
     if seen != records:
         raise RuntimeError(f"ttl read {seen:,} records, expected {records:,}: {err_path}")
@@ -177,7 +221,12 @@ def run_ttl(conf_path: Path, records: int, label: str) -> Run:
     # last one overlaps nothing, so it counts: the run is done when the changelog has it.
     if batches and "publish_wait" in batches[-1]["phases_s"]:
         durations[-1] += batches[-1]["phases_s"].get("publish", 0.0)
-    return Run("ttl", records, durations, wall, batches=batches)
+    # From the first batch's line (its publication done) to the last one's: batches 1..N ran.
+    busy = cpu.busy_cores(lines[0][0], lines[-1][0]) if len(lines) > 2 else None
+    cpu_per_100k = (busy * (lines[-1][0] - lines[0][0]) / sum(b["records_in"] for b in batches[1:])
+                    * 100_000 if busy is not None else None)
+    return Run("ttl", records, durations, wall, batches=batches, busy_cores=busy,
+               cpu_s_per_100k=cpu_per_100k)
 
 
 def _progress_durations(query) -> list[float]:
@@ -332,6 +381,10 @@ def main() -> None:
             results[workload].append(run)
             print(run.line(workload), flush=True)
             sb.print_phases(run.extra["batches"])
+            if run.extra["busy_cores"] is not None:
+                print(f"  machine CPU while the batches ran: {run.extra['busy_cores']:.2f} of "
+                      f"{os.cpu_count()} cores busy (ttl, its JVM, the broker), "
+                      f"{run.extra['cpu_s_per_100k']:.1f} CPU-s per 100k records", flush=True)
             if not args.skip_a:
                 results[workload].append(run_baseline_a(spark, bootstrap, name, work, n))
                 print(results[workload][-1].line(workload), flush=True)
