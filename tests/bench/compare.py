@@ -27,9 +27,9 @@ Records/s of a streaming run is over the sum of its batch durations (``ttl.batch
 ``duration_s``, plus the last batch's publication, which no next batch overlaps;
 ``lastProgress`` ``triggerExecution`` for A and B), so JVM and Python worker
 start-up do not count; ttl's end-to-end wall time (start-up included) is printed beside it,
-and so is how busy the machine's cores were while ttl's batches ran (``/proc/stat``, every
-process) with the CPU-seconds that makes per 100k records: what bounds a run that keeps
-every core busy.
+and so is how busy the machine's cores were while ttl's batches ran (``/proc``), with the
+CPU-seconds per 100k records of ttl's Python process, its JVM, the broker and the rest: what
+bounds a run that keeps every core busy, and where that work is.
 Absolute figures move with the machine's load; the ratios, from one run, are the result.
 """
 
@@ -44,6 +44,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -141,27 +142,73 @@ def parquet_ceiling(spark, records: int, path: str) -> float:
 
 # -- the systems --------------------------------------------------------------------------------
 
-class CpuSampler:
-    """The machine's CPU use (``/proc/stat``, every process: ``ttl``'s Python and JVM, the
-    broker) sampled while a run goes, to say how busy its cores were while batches ran: a
-    run that keeps them all busy is bound by the CPU work per record, not by waiting."""
+def _ticks(pid: int) -> int | None:
+    """CPU clock ticks (user + system) a process has used, ``None`` once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[11]) + int(fields[12])  # utime, stime
 
-    def __init__(self, interval_s: float = 0.25) -> None:
-        self.samples: list[tuple[float, int, int]] = []  # (time, busy jiffies, all jiffies)
+
+def _descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (its JVM, for ``ttl``)."""
+    parent: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parent[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+    out, todo = [], [pid]
+    while todo:
+        at = todo.pop()
+        children = [c for c, p in parent.items() if p == at]
+        out += children
+        todo += children
+    return out
+
+
+class CpuSampler:
+    """The machine's CPU use sampled while a run goes (``/proc``): how busy its cores were
+    while the batches ran, and whose work it was (``ttl``'s Python process, its JVM, the
+    broker, anything else). A run that keeps every core busy is bound by the CPU work per
+    record, not by waiting; the split says where that work is."""
+
+    def __init__(self, groups: dict[str, Callable[[], list[int]]],
+                 interval_s: float = 0.25) -> None:
+        # (time, busy machine ticks, all machine ticks, {group: its processes' ticks})
+        self.samples: list[tuple[float, int, int, dict[str, int]]] = []
+        self.groups = groups  # name -> the pids it holds now
+        self._seen: dict[str, dict[int, int]] = {name: {} for name in groups}
+        self._interval = interval_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     @staticmethod
-    def _read() -> tuple[int, int]:
+    def _machine() -> tuple[int, int]:
         with open("/proc/stat") as f:
             ticks = [int(x) for x in f.readline().split()[1:9]]  # user .. steal
         idle = ticks[3] + ticks[4]  # idle, iowait
         return sum(ticks) - idle, sum(ticks)
 
+    def _group_ticks(self) -> dict[str, int]:
+        out = {}
+        for name, pids in self.groups.items():
+            seen = self._seen[name]
+            for pid in pids():
+                used = _ticks(pid)
+                if used is not None:
+                    seen[pid] = used  # a process that exits keeps its last count
+            out[name] = sum(seen.values())
+        return out
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.samples.append((time.time(), *self._read()))
-            self._stop.wait(0.25)
+            self.samples.append((time.time(), *self._machine(), self._group_ticks()))
+            self._stop.wait(self._interval)
 
     def __enter__(self) -> CpuSampler:
         self._thread.start()
@@ -171,13 +218,20 @@ class CpuSampler:
         self._stop.set()
         self._thread.join()
 
-    def busy_cores(self, start: float, end: float) -> float | None:
-        """Cores busy on average between ``start`` and ``end`` (epoch seconds)."""
+    def window(self, start: float, end: float) -> dict[str, float] | None:
+        """Between ``start`` and ``end`` (epoch seconds): ``busy_cores`` (the machine's
+        average), ``seconds``, and each group's CPU-seconds (``other``: the rest)."""
         inside = [s for s in self.samples if start <= s[0] <= end]
         if len(inside) < 2 or inside[-1][2] == inside[0][2]:
             return None
-        (_, b0, t0), (_, b1, t1) = inside[0], inside[-1]
-        return (b1 - b0) / (t1 - t0) * (os.cpu_count() or 1)
+        (w0, b0, t0, g0), (w1, b1, t1, g1) = inside[0], inside[-1]
+        cores = os.cpu_count() or 1
+        hz = os.sysconf("SC_CLK_TCK")
+        out = {"busy_cores": (b1 - b0) / (t1 - t0) * cores, "seconds": w1 - w0}
+        for name in self.groups:
+            out[name] = (g1[name] - g0[name]) / hz
+        out["other"] = (b1 - b0) / hz - sum(out[name] for name in self.groups)
+        return out
 
 
 class Run:
@@ -200,13 +254,17 @@ class Run:
                 f"{sb.pct(d, 0.99):6.2f} s  wall {self.wall:7.1f} s")
 
 
-def run_ttl(conf_path: Path, records: int, label: str) -> Run:
+def run_ttl(conf_path: Path, records: int, label: str, broker_pid: int | None = None) -> Run:
     """``ttl run --available-now`` as a user runs it; figures from its ``ttl.batch`` lines."""
     err_path = conf_path.parent / f"{label}.stderr"
     cmd = [sb.TTL_BIN, "run", "--conf", str(conf_path), "--available-now"]
     started = time.monotonic()
-    with err_path.open("w") as err, CpuSampler() as cpu:
-        proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=err, timeout=3600)
+    with err_path.open("w") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+        groups = {"ttl's Python": lambda: [proc.pid], "its JVM": lambda: _descendants(proc.pid),
+                  "the broker": lambda: [broker_pid] if broker_pid else []}
+        with CpuSampler(groups) as cpu:
+            proc.wait(timeout=3600)
     wall = time.monotonic() - started
     if proc.returncode != 0:
         raise RuntimeError(f"ttl run exited {proc.returncode}:\n{sb.tail(err_path)}")
@@ -222,11 +280,12 @@ def run_ttl(conf_path: Path, records: int, label: str) -> Run:
     if batches and "publish_wait" in batches[-1]["phases_s"]:
         durations[-1] += batches[-1]["phases_s"].get("publish", 0.0)
     # From the first batch's line (its publication done) to the last one's: batches 1..N ran.
-    busy = cpu.busy_cores(lines[0][0], lines[-1][0]) if len(lines) > 2 else None
-    cpu_per_100k = (busy * (lines[-1][0] - lines[0][0]) / sum(b["records_in"] for b in batches[1:])
-                    * 100_000 if busy is not None else None)
-    return Run("ttl", records, durations, wall, batches=batches, busy_cores=busy,
-               cpu_s_per_100k=cpu_per_100k)
+    cpu_window = cpu.window(lines[0][0], lines[-1][0]) if len(lines) > 2 else None
+    if cpu_window is not None:
+        per = 100_000 / sum(b["records_in"] for b in batches[1:])
+        cpu_window.update({k: v * per for k, v in cpu_window.items()
+                           if k not in ("busy_cores", "seconds")})
+    return Run("ttl", records, durations, wall, batches=batches, cpu=cpu_window)
 
 
 def _progress_durations(query) -> list[float]:
@@ -377,14 +436,17 @@ def main() -> None:
             seconds = produce(bootstrap, name, n, updates=updates, seed=args.seed)
             print(f"\n{workload}: produced {n:,} records in {seconds:.1f} s "
                   f"({n / seconds:,.0f} rec/s)", flush=True)
-            run = run_ttl(conf_path, n, workload)
+            run = run_ttl(conf_path, n, workload, kafka.process.pid if kafka.process else None)
             results[workload].append(run)
             print(run.line(workload), flush=True)
             sb.print_phases(run.extra["batches"])
-            if run.extra["busy_cores"] is not None:
-                print(f"  machine CPU while the batches ran: {run.extra['busy_cores']:.2f} of "
-                      f"{os.cpu_count()} cores busy (ttl, its JVM, the broker), "
-                      f"{run.extra['cpu_s_per_100k']:.1f} CPU-s per 100k records", flush=True)
+            cpu = run.extra["cpu"]
+            if cpu is not None:
+                per = {k: v for k, v in cpu.items() if k not in ("busy_cores", "seconds")}
+                split = ", ".join(f"{k} {v:.1f}" for k, v in per.items())
+                print(f"  machine CPU while the batches ran: {cpu['busy_cores']:.2f} of "
+                      f"{os.cpu_count()} cores busy; CPU-s per 100k records: {split} "
+                      f"(total {sum(per.values()):.1f})", flush=True)
             if not args.skip_a:
                 results[workload].append(run_baseline_a(spark, bootstrap, name, work, n))
                 print(results[workload][-1].line(workload), flush=True)
