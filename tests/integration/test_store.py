@@ -218,6 +218,19 @@ def test_a_batch_that_upserts_is_a_replace_and_gives_the_merges_table(spark, tmp
     assert tables["replace"][b"k04"].value == b"w" and b"k06" not in tables["replace"]
     rows = spark.read.format("delta").load(str(tmp_path / "replace"))
     assert rows.count() == 37  # one row per key: nothing inserted twice
+    # Removals beside upserts need replaceOn; with Delta's switch for it off, such a batch
+    # is a MERGE, while a batch of upserts only is still a replace (replaceUsing).
+    monkeypatch.setattr(write, "_REPLACE_SUPPORTED", None)
+    store = make_store(spark, str(tmp_path / "switch"))
+    store.apply_records(load)
+    store.spark.conf.set(write.REPLACE_ON_ENABLED, "false")
+    try:
+        assert store.apply_records(upserts).write == "replace"
+        assert store.apply_records(mixed).write == "merge"
+    finally:
+        store.spark.conf.unset(write.REPLACE_ON_ENABLED)
+    store.apply_records(removals)
+    assert store.entries(at=NO_TIMESTAMP) == tables["replace"]
 
 
 # Only the MERGE (forced: a batch that upserts is a replace): a replace commits so soon

@@ -14,9 +14,11 @@ Plan, per micro-batch (the records arrive as one Arrow table, the stream's one r
    the changes:
 
    * ``append`` when the lookup found none of the batch's keys (every change is an insert);
-   * ``replace`` when the batch upserts at least one key: Delta's replace (``replaceOn``)
-     deletes the stored rows of every changed key (upserted or removed) and inserts the
-     upserts, with deletion vectors and no change files (the change feed is read from them);
+   * ``replace`` when the batch upserts at least one key: Delta's replace (``replaceUsing``,
+     or ``replaceOn`` when the batch also removes keys) deletes the stored rows of every
+     changed key (upserted or removed) and inserts the upserts, with deletion vectors and no
+     change files (the change feed is read from them; without deletion vectors it rewrites
+     files and writes change files);
    * ``merge`` when every change removes a key (a replace needs a row to insert);
    * ``empty``: a batch that changes no row still commits (a table-property change with the
      same metadata), so stream time and input offsets are always persisted.
@@ -130,27 +132,41 @@ def _append(spark, path: str, changes, wall_ms: int) -> None:
     _table_rows(_frame(spark, changes), wall_ms).write.format("delta").mode("append").save(path)
 
 
-def _replace(spark, path: str, changes, wall_ms: int) -> None:
-    """The batch upserts at least one key: one commit of Delta's replace
-    (``replaceOn``, Delta 4.3+) deletes the stored row of every changed key, upserted or
-    removed, and inserts the upserts' new rows. That is the MERGE's table (an upsert sets
-    every column, a removal deletes the row, the fold gives one row per key, so nothing is
-    inserted twice), for about half its time: one scan of the table instead of three, and
-    with deletion vectors no change files (the version's change feed is read from its
-    deletion vectors and new files), where the MERGE writes each update's pre- and
-    post-image. Measured on 1M keys, 100k changes with 1% deletes: 2.7-4.1 s against the
-    MERGE's 7.4-7.5 s; upserts only: the same as ``replaceUsing`` on the batch's keys.
+def _removes(changes) -> bool:
+    import pyarrow.compute as pc
 
-    The replace deletes a target row when some row of the inserted data meets the
-    condition; the condition here names only the target (the pair ``key_hash, key`` among
-    the batch's changed keys, a temporary view), so with at least one upsert to insert it
-    holds exactly for the changed keys' stored rows, removals included. The change feed
-    says ``delete`` + ``insert`` for an updated key, which the publisher takes as the put it
-    is (a version's last state of a key wins), and ``delete`` for a removed one."""
+    return bool(pc.any(pc.equal(changes["kind"], "delete")).as_py())
+
+
+def _replace(spark, path: str, changes, wall_ms: int) -> None:
+    """The batch upserts at least one key: one commit of Delta's replace (Delta 4.3+)
+    deletes the stored row of every changed key, upserted or removed, and inserts the
+    upserts' new rows. That is the MERGE's table (an upsert sets every column, a removal
+    deletes the row, the fold gives one row per key, so nothing is inserted twice), for
+    about half its time: one pass over the table instead of the MERGE's three (find the
+    touched files, write the changes with their pre- and post-images, write the deletion
+    vectors), and with deletion vectors no change files (the version's change feed is read
+    from its deletion vectors and new files; without them the replace rewrites the touched
+    files and writes change files, like a MERGE). Measured on 1M keys, 100k changes with 1%
+    deletes: 2.7-4.1 s against the MERGE's 7.4-7.5 s (upserts only: 2.7-4.3 s). The change
+    feed says ``delete`` + ``insert`` for an updated key, which the publisher takes as the
+    put it is (a version's last state of a key wins), and ``delete`` for a removed one.
+
+    Without removals it is the replace by key (``replaceUsing`` on ``key_hash, key``).
+    With them, ``replaceOn``: Delta deletes a stored row when some inserted row meets the
+    condition, and this condition names only the stored row (its ``key_hash, key`` among the
+    batch's changed keys, a temporary view), so with at least one upsert to insert it holds
+    exactly for the changed keys' stored rows, removals included. That sub-query inside the
+    condition is what Delta 4.4 runs but does not document, so only batches with removals
+    depend on it."""
     from pyspark.sql import functions as F
 
-    view = f"ttl_changed_keys_{uuid.uuid4().hex}"
     rows = _frame(spark, changes)
+    if not _removes(changes):
+        (_table_rows(rows, wall_ms).write.format("delta").mode("overwrite")
+         .option("replaceUsing", "key_hash, key").save(path))
+        return
+    view = f"ttl_changed_keys_{uuid.uuid4().hex}"
     rows.select("key_hash", "key").createOrReplaceTempView(view)
     try:
         (_table_rows(rows.where(F.col("kind") == "upsert"), wall_ms)
@@ -161,15 +177,18 @@ def _replace(spark, path: str, changes, wall_ms: int) -> None:
         spark.catalog.dropTempView(view)
 
 
-#: Delta's (internal) switch for ``replaceOn`` in DataFrame writes; off, the write fails.
+#: Delta's (internal) switches for ``replaceUsing`` and ``replaceOn`` in DataFrame writes;
+#: off, the write fails, so the batch is a MERGE instead.
+REPLACE_USING_ENABLED = "spark.databricks.delta.replaceUsing.dataframe.writer.enabled"
 REPLACE_ON_ENABLED = "spark.databricks.delta.replaceOn.dataframe.writer.enabled"
 
 
-def replace_supported(spark) -> bool:
-    """Whether the JVM's Delta has ``replaceOn`` in DataFrame writes (4.3+: the command
-    class came with it) and it is not switched off. A Delta before 4.3 ignores the option
-    in ``save()`` and would overwrite the whole table, so without it every batch that is
-    not an append is a MERGE."""
+def replace_supported(spark, removes: bool = False) -> bool:
+    """Whether the JVM's Delta has the replace in DataFrame writes (4.3+: the command class
+    came with it) and the option the batch needs (``replaceOn`` with removals, else
+    ``replaceUsing``) is not switched off. A Delta before 4.3 ignores the options in
+    ``save()`` and would overwrite the whole table, so without it every batch that is not
+    an append is a MERGE."""
     global _REPLACE_SUPPORTED
     if _REPLACE_SUPPORTED is None:
         from py4j.java_gateway import JavaClass
@@ -178,8 +197,8 @@ def replace_supported(spark) -> bool:
         _REPLACE_SUPPORTED = isinstance(
             jvm.org.apache.spark.sql.delta.commands.DeltaInsertReplaceOnOrUsingCommand,
             JavaClass)
-    return _REPLACE_SUPPORTED and \
-        spark.conf.get(REPLACE_ON_ENABLED, "true").strip().lower() == "true"
+    switch = REPLACE_ON_ENABLED if removes else REPLACE_USING_ENABLED
+    return _REPLACE_SUPPORTED and spark.conf.get(switch, "true").strip().lower() == "true"
 
 
 _REPLACE_SUPPORTED: bool | None = None  # per process: one JVM, one Delta
@@ -219,7 +238,7 @@ def _write_kind(spark, changes, stored, unchanged_since_lookup: bool) -> str:
     if not stored.num_rows and unchanged_since_lookup:
         return "append"
     upserts = pc.any(pc.equal(changes["kind"], "upsert")).as_py()
-    return "replace" if upserts and replace_supported(spark) else "merge"
+    return "replace" if upserts and replace_supported(spark, _removes(changes)) else "merge"
 
 
 def apply_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semantics,
