@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
 import shutil
 import subprocess
 import tempfile
@@ -50,6 +51,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.bench import jvm_profile
 from tests.bench import stream_bench as sb
 from tests.bench.machine import machine_facts
 from ttl.config import load
@@ -254,9 +256,17 @@ class Run:
                 f"{sb.pct(d, 0.99):6.2f} s  wall {self.wall:7.1f} s")
 
 
-def run_ttl(conf_path: Path, records: int, label: str, broker_pid: int | None = None) -> Run:
-    """``ttl run --available-now`` as a user runs it; figures from its ``ttl.batch`` lines."""
+def run_ttl(conf_path: Path, records: int, label: str, broker_pid: int | None = None,
+            jfr: Path | None = None) -> Run:
+    """``ttl run --available-now`` as a user runs it; figures from its ``ttl.batch`` lines.
+    With ``jfr``, its JVM records a Java Flight Recording there (``jvm_profile``)."""
     err_path = conf_path.parent / f"{label}.stderr"
+    if jfr is not None:  # the bench profile ends with its [spark.settings] table
+        text = conf_path.read_text()
+        assert re.findall(r"^\[.+\]$", text, re.M)[-1] == "[spark.settings]", conf_path
+        conf_path = conf_path.with_name(f"{conf_path.stem}-{label}-jfr.toml")
+        conf_path.write_text(
+            f'{text}\n"spark.driver.extraJavaOptions" = "{jvm_profile.jfr_option(jfr)}"\n')
     cmd = [sb.TTL_BIN, "run", "--conf", str(conf_path), "--available-now"]
     started = time.monotonic()
     with err_path.open("w") as err:
@@ -285,6 +295,9 @@ def run_ttl(conf_path: Path, records: int, label: str, broker_pid: int | None = 
         per = 100_000 / sum(b["records_in"] for b in batches[1:])
         cpu_window.update({k: v * per for k, v in cpu_window.items()
                            if k not in ("busy_cores", "seconds")})
+        if jfr is not None:
+            print(jvm_profile.line(jvm_profile.summarize(jfr, lines[0][0], lines[-1][0]), per),
+                  flush=True)
     return Run("ttl", records, durations, wall, batches=batches, cpu=cpu_window)
 
 
@@ -410,6 +423,9 @@ def main() -> None:
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--skip-restore", action="store_true")
     parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--jfr", type=Path, metavar="DIR",
+                        help="record ttl's JVM (Java Flight Recorder) into DIR and print where "
+                             "its CPU goes (tests/bench/jvm_profile.py)")
     args = parser.parse_args()
 
     from ttl.app import App
@@ -436,7 +452,12 @@ def main() -> None:
             seconds = produce(bootstrap, name, n, updates=updates, seed=args.seed)
             print(f"\n{workload}: produced {n:,} records in {seconds:.1f} s "
                   f"({n / seconds:,.0f} rec/s)", flush=True)
-            run = run_ttl(conf_path, n, workload, kafka.process.pid if kafka.process else None)
+            jfr = None
+            if args.jfr is not None:
+                args.jfr.mkdir(parents=True, exist_ok=True)
+                jfr = args.jfr.resolve() / f"{workload}.jfr"
+            run = run_ttl(conf_path, n, workload, kafka.process.pid if kafka.process else None,
+                          jfr)
             results[workload].append(run)
             print(run.line(workload), flush=True)
             sb.print_phases(run.extra["batches"])

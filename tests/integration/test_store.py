@@ -23,6 +23,28 @@ def make_store(spark, path, ttl=TTL, clock="wall", now=NOW, **kw) -> DeltaStore:
     return DeltaStore(spark, conf, clock=clock, wall_clock=FixedClock(now))
 
 
+def test_key_hashes_are_sparks_xxhash64_of_the_keys(spark):
+    """The driver's ``key_hash`` (``layout.key_hashes``) is what Spark's ``xxhash64(key)``
+    gives, for empty keys, keys around XXH64's 4-, 8- and 32-byte steps, long ones, and
+    hashes on both sides of the sign bit."""
+    import random
+
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    from ttl.store.layout import key_hashes
+
+    rnd = random.Random(5)
+    keys = [rnd.randbytes(n) for n in (*range(0, 70), 100, 1000, 5000) for _ in range(20)]
+    keys = pa.array(keys, pa.binary())
+    mine = key_hashes(keys).to_pylist()
+    frame = spark.createDataFrame(pa.table({"key": keys, "i": pa.array(range(len(keys)))}))
+    theirs = [r.h for r in frame.select("i", F.xxhash64("key").alias("h")).orderBy("i")
+              .collect()]
+    assert mine == theirs
+    assert min(mine) < 0 < max(mine)
+
+
 def test_table_is_created_with_layout_properties_and_reopened_idempotently(spark, table_path):
     make_store(spark, table_path)
     make_store(spark, table_path)  # reopening with the same settings is fine
@@ -218,6 +240,9 @@ def test_a_batch_that_upserts_is_a_replace_and_gives_the_merges_table(spark, tmp
     assert tables["replace"][b"k04"].value == b"w" and b"k06" not in tables["replace"]
     rows = spark.read.format("delta").load(str(tmp_path / "replace"))
     assert rows.count() == 37  # one row per key: nothing inserted twice
+    for way in ("replace", "merge"):  # key_hash, computed in the driver, is Spark's
+        written = spark.read.format("delta").load(str(tmp_path / way))
+        assert written.where("key_hash != xxhash64(key)").count() == 0
     # Removals beside upserts need replaceOn; with Delta's switch for it off, such a batch
     # is a MERGE, while a batch of upserts only is still a replace (replaceUsing).
     monkeypatch.setattr(write, "_REPLACE_SUPPORTED", None)

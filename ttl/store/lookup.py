@@ -27,6 +27,7 @@ from urllib.parse import urlparse
 import pyarrow as pa
 
 from ttl.store.fold import STORED_COLUMNS, stored_arrow_schema
+from ttl.store.layout import key_hashes
 
 log = logging.getLogger(__name__)
 
@@ -151,8 +152,7 @@ def with_spark(spark, path: str, keys: pa.Array, version: int) -> pa.Table:
     if len(keys) <= LOOKUP_IN_LIST:
         return (table.select(*STORED_COLUMNS)
                 .where(F.col("key").isin(keys.to_pylist())).toArrow())
-    wanted = (spark.createDataFrame(pa.table({"key": keys}), "key binary")
-              .withColumn("key_hash", F.xxhash64("key")))
+    wanted = spark.createDataFrame(pa.table({"key": keys, "key_hash": key_hashes(keys)}))
     return (table.select("key_hash", *STORED_COLUMNS)
             .join(F.broadcast(wanted), ["key_hash", "key"], "left_semi")
             .select(*STORED_COLUMNS).toArrow())

@@ -41,7 +41,7 @@ from ttl.model import Counts, Semantics
 from ttl.names import PROP_LAST_NOOP_BATCH, PROP_STREAM_TIME_FLOOR
 from ttl.phases import BatchPhases
 from ttl.store.fold import batch_keys, fold_table
-from ttl.store.layout import set_properties
+from ttl.store.layout import key_hashes, set_properties
 from ttl.store.lookup import Lookup
 
 __all__ = ["WriteResult", "apply_batch"]
@@ -84,7 +84,7 @@ def _merge(spark, path: str, changes, wall_ms: int) -> None:
     # is the driver's Arrow rows, deterministic) made the rewrite slower, not faster (1M
     # keys, 100k updates: rewrite 5.4 s against 3.9-4.6 s), the Arrow rows being decoded
     # again for each pass over the source.
-    _merge_into(spark, path, _frame(spark, changes), wall_ms)
+    _merge_into(spark, path, spark.createDataFrame(_hashed(changes)), wall_ms)
 
 
 def _merge_into(spark, path: str, changes, wall_ms: int) -> None:
@@ -109,27 +109,32 @@ def _merge_into(spark, path: str, changes, wall_ms: int) -> None:
     )
 
 
-def _frame(spark, changes):
-    """The fold's changes (Arrow) as a Spark frame, with the table's ``key_hash``."""
-    from pyspark.sql import functions as F
-
-    return spark.createDataFrame(changes).withColumn("key_hash", F.xxhash64("key"))
+def _hashed(changes):
+    """The fold's changes (Arrow) with the table's ``key_hash`` (``layout.key_hashes``)."""
+    return changes.append_column("key_hash", key_hashes(changes["key"]))
 
 
-def _table_rows(rows, wall_ms: int):
-    """Upserts of ``_frame`` as the store table's rows (its columns, in its order)."""
-    from pyspark.sql import functions as F
+def _table_rows(hashed, wall_ms: int):
+    """The upserts of ``_hashed`` changes as the store table's rows (its columns, in its
+    order), in Arrow: Spark writes them as they come, with no column left to compute on
+    the driver (``layout.key_hashes`` says why that matters)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
-    return rows.select(
-        "key", "value", "ts", "headers", "expires_at",
-        F.lit(wall_ms).cast("bigint").alias("updated_at"), "key_hash", "record_ttl")
+    rows = hashed.filter(pc.equal(hashed["kind"], "upsert"))
+    return pa.table({
+        "key": rows["key"], "value": rows["value"], "ts": rows["ts"],
+        "headers": rows["headers"], "expires_at": rows["expires_at"],
+        "updated_at": pa.repeat(pa.scalar(wall_ms, pa.int64()), rows.num_rows),
+        "key_hash": rows["key_hash"], "record_ttl": rows["record_ttl"]})
 
 
 def _append(spark, path: str, changes, wall_ms: int) -> None:
     """Every change inserts a key the table does not hold (the lookup found none of the
     batch's keys, at the version the write starts from): a blind append gives the MERGE's
     exact table and change feed (the same inserts) without scanning the table for matches."""
-    _table_rows(_frame(spark, changes), wall_ms).write.format("delta").mode("append").save(path)
+    rows = _table_rows(_hashed(changes), wall_ms)
+    spark.createDataFrame(rows).write.format("delta").mode("append").save(path)
 
 
 def _removes(changes) -> bool:
@@ -159,18 +164,16 @@ def _replace(spark, path: str, changes, wall_ms: int) -> None:
     exactly for the changed keys' stored rows, removals included. That sub-query inside the
     condition is what Delta 4.4 runs but does not document, so only batches with removals
     depend on it."""
-    from pyspark.sql import functions as F
-
-    rows = _frame(spark, changes)
+    hashed = _hashed(changes)
+    rows = spark.createDataFrame(_table_rows(hashed, wall_ms))
     if not _removes(changes):
-        (_table_rows(rows, wall_ms).write.format("delta").mode("overwrite")
+        (rows.write.format("delta").mode("overwrite")
          .option("replaceUsing", "key_hash, key").save(path))
         return
     view = f"ttl_changed_keys_{uuid.uuid4().hex}"
-    rows.select("key_hash", "key").createOrReplaceTempView(view)
+    spark.createDataFrame(hashed.select(["key_hash", "key"])).createOrReplaceTempView(view)
     try:
-        (_table_rows(rows.where(F.col("kind") == "upsert"), wall_ms)
-         .write.format("delta").mode("overwrite").option("targetAlias", "t")
+        (rows.write.format("delta").mode("overwrite").option("targetAlias", "t")
          .option("replaceOn", f"(t.key_hash, t.key) IN (SELECT key_hash, key FROM {view})")
          .save(path))
     finally:
