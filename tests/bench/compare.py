@@ -3,6 +3,7 @@
     .venv/bin/python -m tests.bench.compare                         # W1/W2 of 1,000,000 records
     .venv/bin/python -m tests.bench.compare --records 200000        # a quicker run
     .venv/bin/python -m tests.bench.compare --skip-b --skip-latency # parts can be left out
+    .venv/bin/python -m tests.bench.compare --jfr /tmp/jfr          # and where the JVM's CPU goes
 
 Starts a local Kafka broker, produces each workload once into one input topic (2
 partitions), and runs every system over the same records, one after the other:
