@@ -29,8 +29,10 @@ Records/s of a streaming run is over the sum of its batch durations (``ttl.batch
 ``lastProgress`` ``triggerExecution`` for A and B), so JVM and Python worker
 start-up do not count; ttl's end-to-end wall time (start-up included) is printed beside it,
 and so is how busy the machine's cores were while ttl's batches ran (``/proc``), with the
-CPU-seconds per 100k records of ttl's Python process, its JVM, the broker and the rest: what
-bounds a run that keeps every core busy, and where that work is.
+CPU-seconds per 100k records of ttl's Python process, its JVM (of that, its JIT compiler's
+and garbage collector's threads), the broker and the rest: what bounds a run that keeps
+every core busy, and where that work is. ``--jfr DIR`` also profiles the JVM's Java threads
+(``jvm_profile``).
 Absolute figures move with the machine's load; the ratios, from one run, are the result.
 """
 
@@ -174,18 +176,51 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
+#: A JVM's own threads by what they do, as HotSpot names them (``/proc``'s 15-character
+#: ``comm``): its JIT compilers and its garbage collector (G1's, or the parallel GC's).
+JVM_THREADS: dict[str, tuple[str, ...]] = {
+    "JIT": ("C1 CompilerThre", "C2 CompilerThre"),
+    "GC": ("GC Thread#", "G1 Conc#", "G1 Refine#", "G1 Main Marker", "G1 Service"),
+}
+
+
+def _jvm_thread_ticks(pid: int) -> dict[tuple[int, str], int]:
+    """CPU clock ticks of a process's JIT and GC threads, by (thread id, ``JVM_THREADS``
+    kind)."""
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                raw = f.read()
+        except OSError:
+            continue
+        name = raw[raw.index("(") + 1:raw.rindex(")")]
+        for kind, prefixes in JVM_THREADS.items():
+            if name.startswith(prefixes):
+                fields = raw.rsplit(")", 1)[1].split()
+                out[int(tid), kind] = int(fields[11]) + int(fields[12])
+    return out
+
+
 class CpuSampler:
     """The machine's CPU use sampled while a run goes (``/proc``): how busy its cores were
     while the batches ran, and whose work it was (``ttl``'s Python process, its JVM, the
-    broker, anything else). A run that keeps every core busy is bound by the CPU work per
+    broker, anything else), with the JVM's JIT compiler and GC threads apart
+    (``jvm_group``). A run that keeps every core busy is bound by the CPU work per
     record, not by waiting; the split says where that work is."""
 
     def __init__(self, groups: dict[str, Callable[[], list[int]]],
-                 interval_s: float = 0.25) -> None:
+                 interval_s: float = 0.25, jvm_group: str | None = None) -> None:
         # (time, busy machine ticks, all machine ticks, {group: its processes' ticks})
         self.samples: list[tuple[float, int, int, dict[str, int]]] = []
         self.groups = groups  # name -> the pids it holds now
+        self.jvm_group = jvm_group
         self._seen: dict[str, dict[int, int]] = {name: {} for name in groups}
+        self._threads: dict[tuple[int, int, str], int] = {}  # (pid, tid, kind) -> ticks
         self._interval = interval_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -206,7 +241,18 @@ class CpuSampler:
                 if used is not None:
                     seen[pid] = used  # a process that exits keeps its last count
             out[name] = sum(seen.values())
+        if self.jvm_group is not None:
+            for pid in self._seen[self.jvm_group]:
+                for (tid, kind), used in _jvm_thread_ticks(pid).items():
+                    self._threads[pid, tid, kind] = used  # an ended thread keeps its count
+            for kind in JVM_THREADS:
+                out[f"{self.jvm_group}: {kind}"] = sum(
+                    v for (_, _, k), v in self._threads.items() if k == kind)
         return out
+
+    def seen(self, group: str) -> list[int]:
+        """Every process the group held while sampled (ended ones included)."""
+        return list(self._seen[group])
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -234,6 +280,8 @@ class CpuSampler:
         for name in self.groups:
             out[name] = (g1[name] - g0[name]) / hz
         out["other"] = (b1 - b0) / hz - sum(out[name] for name in self.groups)
+        for name in set(g1) - set(self.groups):  # parts of a group ("its JVM: GC")
+            out[name] = (g1[name] - g0.get(name, 0)) / hz
         return out
 
 
@@ -265,6 +313,8 @@ def run_ttl(conf_path: Path, records: int, label: str, broker_pid: int | None = 
     if jfr is not None:  # the bench profile ends with its [spark.settings] table
         text = conf_path.read_text()
         assert re.findall(r"^\[.+\]$", text, re.M)[-1] == "[spark.settings]", conf_path
+        assert "spark.driver.extraJavaOptions" not in text, conf_path
+        jfr.unlink(missing_ok=True)  # never summarize an earlier run's recording
         conf_path = conf_path.with_name(f"{conf_path.stem}-{label}-jfr.toml")
         conf_path.write_text(
             f'{text}\n"spark.driver.extraJavaOptions" = "{jvm_profile.jfr_option(jfr)}"\n')
@@ -274,8 +324,9 @@ def run_ttl(conf_path: Path, records: int, label: str, broker_pid: int | None = 
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
         groups = {"ttl's Python": lambda: [proc.pid], "its JVM": lambda: _descendants(proc.pid),
                   "the broker": lambda: [broker_pid] if broker_pid else []}
-        with CpuSampler(groups) as cpu:
+        with CpuSampler(groups, jvm_group="its JVM") as cpu:
             proc.wait(timeout=3600)
+            jvms = cpu.seen("its JVM")
     wall = time.monotonic() - started
     if proc.returncode != 0:
         raise RuntimeError(f"ttl run exited {proc.returncode}:\n{sb.tail(err_path)}")
@@ -296,8 +347,9 @@ def run_ttl(conf_path: Path, records: int, label: str, broker_pid: int | None = 
         per = 100_000 / sum(b["records_in"] for b in batches[1:])
         cpu_window.update({k: v * per for k, v in cpu_window.items()
                            if k not in ("busy_cores", "seconds")})
-        if jfr is not None:
-            print(jvm_profile.line(jvm_profile.summarize(jfr, lines[0][0], lines[-1][0]), per),
+        if jfr is not None:  # the JVM writes its recording as it exits, after ttl's Python
+            jvm_profile.wait_for_exit(jvms)
+            print(jvm_profile.line(jvm_profile.summarize(jfr, lines[0][0], lines[-1][0])),
                   flush=True)
     return Run("ttl", records, durations, wall, batches=batches, cpu=cpu_window)
 
@@ -428,6 +480,9 @@ def main() -> None:
                         help="record ttl's JVM (Java Flight Recorder) into DIR and print where "
                              "its CPU goes (tests/bench/jvm_profile.py)")
     args = parser.parse_args()
+    if args.jfr is not None and re.search(r"[\s,=\"]", str(args.jfr.resolve())):
+        parser.error(f"--jfr: a directory without spaces, commas or quotes (it goes into a "
+                     f"JVM option): {args.jfr.resolve()}")
 
     from ttl.app import App
     from ttl.restore import restore
@@ -464,11 +519,15 @@ def main() -> None:
             sb.print_phases(run.extra["batches"])
             cpu = run.extra["cpu"]
             if cpu is not None:
-                per = {k: v for k, v in cpu.items() if k not in ("busy_cores", "seconds")}
+                per = {k: v for k, v in cpu.items()
+                       if k not in ("busy_cores", "seconds") and ": " not in k}
                 split = ", ".join(f"{k} {v:.1f}" for k, v in per.items())
+                jvm = ", ".join(f"{k.split(': ')[1]} {v:.1f}" for k, v in cpu.items()
+                                if k.startswith("its JVM: "))
                 print(f"  machine CPU while the batches ran: {cpu['busy_cores']:.2f} of "
                       f"{os.cpu_count()} cores busy; CPU-s per 100k records: {split} "
-                      f"(total {sum(per.values()):.1f})", flush=True)
+                      f"(total {sum(per.values()):.1f}; of the JVM's, its threads' {jvm})",
+                      flush=True)
             if not args.skip_a:
                 results[workload].append(run_baseline_a(spark, bootstrap, name, work, n))
                 print(results[workload][-1].line(workload), flush=True)

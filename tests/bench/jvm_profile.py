@@ -1,27 +1,31 @@
-"""Where a ttl JVM's CPU goes while its batches run: a Java Flight Recording, summarized.
+"""Where a ttl JVM's Java threads spend their CPU while its batches run: a Java Flight
+Recording, summarized.
 
 ``compare --jfr DIR`` starts ``ttl run`` with a recording (``-XX:StartFlightRecording``,
-the JDK's own sampling profiler: no agent, no download) and prints this summary for the
-batches' window (the first batch, with the JVM's warm-up, left out):
+the JDK's own sampling profiler: no agent, no download) and prints the Java samples
+(``jdk.ExecutionSample``) of the batches' window (the first batch, with the JVM's warm-up,
+left out) split by what the batch was doing: the Kafka source's read, turning it into Arrow
+for the driver, the write's frame built from Arrow, the Parquet write, Parquet and JSON
+reads (Delta's log, a replace's scan), Spark's code generation, query planning, task
+serialization and scheduling, Delta's log and snapshot, Delta's other work, the rest.
+Each sample is labelled by the first part (in ``PARTS`` order) one of whose frames it
+holds, so the split is a guide, not an exact account. The JIT compiler and GC threads are
+native, never sampled: ``compare``'s CPU split measures them from ``/proc``. The
+recording (which costs a few percent of the run's speed) stays in DIR for ``jfr print``
+or JDK Mission Control.
 
-* the JVM's garbage collection (``jdk.GCCPUTime``) and JIT compilation
-  (``jdk.Compilation``, its duration: compiler threads are not sampled) in CPU-seconds;
-* the Java samples (``jdk.ExecutionSample``) split by what the batch does: the Kafka
-  source's read, turning it into Arrow for the driver, the write's frame built from Arrow,
-  the Parquet write, Spark's code generation, Delta's log and snapshot, query planning, task
-  serialization and scheduling, the rest.
-
-Why: both workloads keep this machine's cores busy and the JVM does most of the work
-(``compare``'s CPU split); this says which of its parts to cut next. The recording is
-kept in DIR for ``jfr print`` or JDK Mission Control.
+Why: both workloads keep this machine's cores busy and the JVM does most of the work; this
+says which of its parts to cut next.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import re
 import subprocess
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -35,25 +39,45 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Arrow to rows (the write's input)", ("ArrowConverters$.toDataFrame",
                                            "ArrowConverters$.fromBatch",
                                            "vectorized/ArrowColumnVector")),
-    ("Parquet write", ("org/apache/parquet/", "DeltaFileFormatWriter",
+    ("Parquet write", ("ParquetWriteSupport", "ParquetOutputWriter", "ParquetRecordWriter",
+                       "parquet/column/impl/ColumnWriter", "DeltaFileFormatWriter",
                        "datasources/FileFormatWriter")),
+    ("Parquet and JSON reads", ("ParquetFileReader", "VectorizedParquetRecordReader",
+                                "parquet/column/impl/ColumnReader", "datasources/json/")),
+    ("query planning", ("sql/catalyst/analysis/", "sql/catalyst/optimizer/",
+                        "sql/catalyst/rules/RuleExecutor", "sql/execution/QueryExecution",
+                        "sql/execution/SparkStrategies", "sql/execution/SparkPlanner")),
+    ("task serialization and scheduling", ("java/io/ObjectOutputStream",
+                                           "java/io/ObjectInputStream", "spark/serializer/",
+                                           "scheduler/TaskSetManager",
+                                           "scheduler/TaskSchedulerImpl",
+                                           "scheduler/DAGScheduler")),
     ("Delta log and snapshot", ("sql/delta/Snapshot", "sql/delta/DeltaLog",
                                 "sql/delta/Checkpoint", "sql/delta/stats/",
                                 "sql/delta/actions/", "sql/delta/SnapshotManagement",
                                 "sql/delta/util/JsonUtils", "com/fasterxml/jackson")),
-    ("Delta commit and commands", ("sql/delta/",)),
-    ("query planning", ("sql/catalyst/analysis/", "sql/catalyst/optimizer/",
-                        "sql/catalyst/rules/", "sql/execution/QueryExecution",
-                        "sql/execution/SparkStrategies", "sql/catalyst/trees/")),
-    ("task serialization and scheduling", ("java/io/ObjectOutputStream",
-                                           "java/io/ObjectInputStream", "spark/scheduler/",
-                                           "spark/serializer/")),
+    ("Delta's other work", ("sql/delta/",)),
 )
+
+#: Frames kept per sample: Spark's stacks run deeper than JFR's default of 64, and a sample
+#: is labelled by any of its frames.
+STACK_DEPTH = 512
 
 
 def jfr_option(path: Path) -> str:
-    """The JVM option that records the whole run into ``path`` (sampling every 10 ms)."""
-    return f"-XX:StartFlightRecording=filename={path},settings=profile"
+    """The JVM options that record the whole run into ``path`` (sampling every 10-20 ms)."""
+    return (f"-XX:FlightRecorderOptions:stackdepth={STACK_DEPTH} "
+            f"-XX:StartFlightRecording=filename={path},settings=profile")
+
+
+def wait_for_exit(pids: list[int], timeout_s: float = 120.0) -> None:
+    """Wait until the JVM is gone: it writes its recording as it exits, which is after the
+    ``ttl`` process that started it (PySpark's JVM ends on its own once its parent has)."""
+    deadline = time.monotonic() + timeout_s
+    while any(os.path.exists(f"/proc/{pid}") for pid in pids):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the JVM ({pids}) still runs {timeout_s:.0f} s after ttl")
+        time.sleep(0.2)
 
 
 def _events(path: Path, event: str, depth: int = 1) -> list[dict]:
@@ -63,17 +87,15 @@ def _events(path: Path, event: str, depth: int = 1) -> list[dict]:
 
 
 def _epoch(stamp: str) -> float:
-    """A JFR time (ISO 8601, UTC, nanoseconds) as epoch seconds."""
-    return dt.datetime.fromisoformat(stamp[:26].rstrip("Z") + "+00:00").timestamp()
-
-
-def _seconds(duration: str) -> float:
-    """A JFR duration (``PT1M2.5S``) in seconds."""
-    m = re.fullmatch(r"PT(?:(\d+)H)?(?:(\d+)M)?(?:([\d.]+)S)?", duration)
+    """A JFR time (ISO 8601 with up to nanoseconds and the recording's offset) as epoch
+    seconds."""
+    m = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)?", stamp)
     if m is None:
-        return 0.0
-    h, mins, s = m.groups()
-    return int(h or 0) * 3600 + int(mins or 0) * 60 + float(s or 0)
+        raise ValueError(f"not a JFR time: {stamp!r}")
+    whole, fraction, zone = m.groups()
+    zone = "+00:00" if zone in (None, "Z") else zone
+    return (dt.datetime.fromisoformat(whole + zone).timestamp()
+            + float(f"0.{fraction or 0}"))
 
 
 def part_of(frames: list[str]) -> str:
@@ -84,32 +106,22 @@ def part_of(frames: list[str]) -> str:
 
 
 def summarize(path: Path, start: float, end: float) -> dict:
-    """The recording between ``start`` and ``end`` (epoch seconds): ``gc_s`` and ``jit_s``
-    (CPU-seconds), ``samples`` and each part's share of them."""
-    def inside(e: dict) -> bool:
-        return start <= _epoch(e["values"]["startTime"]) <= end
-
-    gc = sum(_seconds(e["values"]["userTime"]) + _seconds(e["values"]["systemTime"])
-             for e in _events(path, "jdk.GCCPUTime") if inside(e))
-    jit = sum(_seconds(e["values"]["duration"])
-              for e in _events(path, "jdk.Compilation") if inside(e))
+    """The recording's Java samples between ``start`` and ``end`` (epoch seconds):
+    ``samples`` and each part's share of them."""
     parts: Counter = Counter()
-    for e in _events(path, "jdk.ExecutionSample", depth=256):
-        if not inside(e):
+    for e in _events(path, "jdk.ExecutionSample", depth=STACK_DEPTH):
+        if not start <= _epoch(e["values"]["startTime"]) <= end:
             continue
         trace = e["values"].get("stackTrace") or {}
         names = [f["method"]["type"]["name"] + "." + f["method"]["name"]
                  for f in trace.get("frames", [])]
         parts[part_of(names)] += 1
     total = sum(parts.values())
-    return {"gc_s": gc, "jit_s": jit, "samples": total,
+    return {"samples": total,
             "parts": {p: n / total for p, n in parts.most_common()} if total else {}}
 
 
-def line(summary: dict, per: float) -> str:
-    """Two lines for ``compare``: GC and JIT CPU-seconds per 100k records (``per`` scales
-    the window's to that), and the Java samples' split."""
+def line(summary: dict) -> str:
+    """The Java samples' split, one line for ``compare``."""
     split = ", ".join(f"{p} {share:.0%}" for p, share in summary["parts"].items())
-    return (f"  JVM profile: GC {summary['gc_s'] * per:.2f} and JIT "
-            f"{summary['jit_s'] * per:.2f} CPU-s per 100k records; Java samples "
-            f"({summary['samples']:,}): {split}")
+    return f"  JVM profile, Java samples ({summary['samples']:,}): {split}"
