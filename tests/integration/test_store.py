@@ -243,6 +243,8 @@ def test_a_batch_that_upserts_is_a_replace_and_gives_the_merges_table(spark, tmp
     for way in ("replace", "merge"):  # key_hash, computed in the driver, is Spark's
         written = spark.read.format("delta").load(str(tmp_path / way))
         assert written.where("key_hash != xxhash64(key)").count() == 0
+        assert written.where(f"updated_at IS NULL OR updated_at != {NOW}").count() == 0
+        assert not written.schema["key_hash"].nullable  # the table's schema stays
     # Removals beside upserts need replaceOn; with Delta's switch for it off, such a batch
     # is a MERGE, while a batch of upserts only is still a replace (replaceUsing).
     monkeypatch.setattr(write, "_REPLACE_SUPPORTED", None)
