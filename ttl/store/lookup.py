@@ -152,7 +152,8 @@ def with_spark(spark, path: str, keys: pa.Array, version: int) -> pa.Table:
     if len(keys) <= LOOKUP_IN_LIST:
         return (table.select(*STORED_COLUMNS)
                 .where(F.col("key").isin(keys.to_pylist())).toArrow())
-    wanted = spark.createDataFrame(pa.table({"key": keys, "key_hash": key_hashes(keys)}))
+    wanted = spark.createDataFrame(pa.table({"key": keys.cast(pa.binary()),
+                                             "key_hash": key_hashes(keys)}))
     return (table.select("key_hash", *STORED_COLUMNS)
             .join(F.broadcast(wanted), ["key_hash", "key"], "left_semi")
             .select(*STORED_COLUMNS).toArrow())

@@ -69,10 +69,12 @@ class WriteResult:
 
 def _write_dead_letters(spark, rejects, dead_letter_path: str, wall_ms: int,
                         txn: tuple[str, int] | None) -> None:
-    from pyspark.sql import functions as F
+    import pyarrow as pa
 
-    rejected = spark.createDataFrame(rejects).withColumn(
-        "rejected_at", F.lit(wall_ms).cast("bigint"))
+    # rejected_at in Arrow: Spark then has no column to compute over the driver's rows
+    # (``layout.key_hashes`` says why that matters).
+    rejected = spark.createDataFrame(rejects.append_column(
+        "rejected_at", pa.repeat(pa.scalar(wall_ms, pa.int64()), rejects.num_rows)))
     writer = rejected.write.format("delta").mode("append")
     if txn is not None:
         writer = writer.option("txnAppId", f"{txn[0]}:dead-letters").option("txnVersion", txn[1])
