@@ -25,9 +25,10 @@ import json
 import os
 import re
 import subprocess
-import time
 from collections import Counter
 from pathlib import Path
+
+from tests.support import wait_until
 
 #: (part, frame-name fragments): a sample belongs to the first part one of whose fragments
 #: is in any of its frames (code generation first: it runs inside every other part).
@@ -73,11 +74,8 @@ def jfr_option(path: Path) -> str:
 def wait_for_exit(pids: list[int], timeout_s: float = 120.0) -> None:
     """Wait until the JVM is gone: it writes its recording as it exits, which is after the
     ``ttl`` process that started it (PySpark's JVM ends on its own once its parent has)."""
-    deadline = time.monotonic() + timeout_s
-    while any(os.path.exists(f"/proc/{pid}") for pid in pids):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the JVM ({pids}) still runs {timeout_s:.0f} s after ttl")
-        time.sleep(0.2)
+    wait_until(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in pids),
+               timeout=timeout_s, interval=0.2, what=f"the JVM ({pids}) to exit after ttl")
 
 
 def _events(path: Path, event: str, depth: int = 1) -> list[dict]:
