@@ -235,21 +235,31 @@ def run(conf: Config, *, available_now: bool = False, demo_seconds: int | None =
     the job stops itself after that many seconds.
     """
     from ttl.changelog import topic
+    from ttl.phases import BatchPhases
     from ttl.stream import StreamJob, take_lease
 
+    startup = BatchPhases()  # where the start-up's time goes: the "stream started" line
     with with_kafka(conf) as app:
-        app.check_kafka()
-        ensure_input_topic(app, create=conf.kafka.embedded)
-        if conf.kafka.embedded:
-            topic.create(app.kafka, conf.changelog, conf.store.max_record_bytes)
-        store = app.store()
-        lease = app.lease(duration_ms=conf.eviction.lease, holder=f"stream:{conf.store.name}")
-        # The lease first: creating the publisher fences any live producer of this store's
-        # changelog, so a second `ttl run` must not get that far while the first runs.
-        take_lease(lease, conf.store.name, conf.eviction.lease)
+        with startup.phase("kafka"):
+            app.check_kafka()
+            ensure_input_topic(app, create=conf.kafka.embedded)
+            if conf.kafka.embedded:
+                topic.create(app.kafka, conf.changelog, conf.store.max_record_bytes)
+        with startup.phase("spark"):
+            app.spark  # noqa: B018 - starts the session
+        with startup.phase("store"):
+            store = app.store()
+        with startup.phase("lease"):
+            lease = app.lease(duration_ms=conf.eviction.lease,
+                              holder=f"stream:{conf.store.name}")
+            # The lease first: creating the publisher fences any live producer of this
+            # store's changelog, so a second `ttl run` must not get that far while the
+            # first runs.
+            take_lease(lease, conf.store.name, conf.eviction.lease)
         publisher = None
         try:
-            publisher = app.publisher()
+            with startup.phase("publisher"):
+                publisher = app.publisher()
             job = StreamJob(conf, app.spark, store, app.kafka, publisher, lease)
         except BaseException:
             if publisher is not None:
@@ -257,7 +267,7 @@ def run(conf: Config, *, available_now: bool = False, demo_seconds: int | None =
             lease.release()
             raise
         feeder = _demo_feeder(app, job, demo_seconds) if demo_seconds else None
-        job.run(available_now=available_now)
+        job.run(available_now=available_now, startup=startup)
         if feeder is not None:
             feeder.join(timeout=30)
         live = store.live_frame().count()

@@ -56,14 +56,19 @@ def main(verbose: bool, log_format: str) -> None:
 
 
 @main.command()
-def setup() -> None:
-    """Resolve the JVM jars (Delta, Spark's Kafka connector, the Kafka broker) once."""
-    from ttl.deploy import jars
+@click.option("--rebuild-class-archive", is_flag=True,
+              help="Build the class-data archive again even if one exists.")
+def setup(rebuild_class_archive: bool) -> None:
+    """Resolve the JVM jars (Delta, Spark's Kafka connector, the Kafka broker) once, and
+    build the local driver's class-data archive (a faster Spark start)."""
+    from ttl.deploy import class_archive, jars
 
     started = time.monotonic()
     for bundle, (count, downloaded) in jars.resolve_all().items():
         state = "downloaded" if downloaded else "already cached"
         click.echo(f"{bundle}: {count} jars {state} in {jars.bundle_dir(bundle)}")
+    archive, state = class_archive.build(force=rebuild_class_archive)
+    click.echo(f"class-data archive: {state}" + (f" ({archive})" if archive else ""))
     click.echo(f"setup done in {time.monotonic() - started:.1f} s")
 
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ttl.config import CONF_DIR, SparkConfig
-from ttl.deploy import jars
+from ttl.deploy import class_archive, jars
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,11 @@ def session_settings(
         java_opts = f"-Dlog4j2.configurationFile=file:{LOG4J2}"
         for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
             settings[key] = f"{java_opts} {settings.get(key, '')}".strip()
+    if not under_submit and settings["spark.master"].startswith("local"):
+        archived = class_archive.java_options(settings)  # a local driver maps its classes
+        if archived:
+            key = "spark.driver.extraJavaOptions"
+            settings[key] = f"{archived} {settings.get(key, '')}".strip()
     return settings
 
 

@@ -76,6 +76,8 @@ class StreamSummary:
 def take_lease(lease: Lease, store_name: str, lease_ms: int) -> None:
     """Take the store's lease; a crashed predecessor's lease lapses within one lease period,
     so wait that long (plus slack) before giving up with ``StreamOwned``."""
+    if lease.held():  # taken a moment ago (``ttl run`` takes it before the stream starts)
+        return
     deadline = time.monotonic() + lease_ms / 1000 + 5
     while not lease.acquire():
         other = lease.held_by_other()
@@ -128,8 +130,13 @@ class StreamJob:
 
     # -- lifecycle ----------------------------------------------------------------------------
 
-    def run(self, *, available_now: bool = False) -> int:
-        self._take_lease()
+    def run(self, *, available_now: bool = False, startup: BatchPhases | None = None) -> int:
+        """Run the query until it ends (``available_now``) or is stopped. ``startup`` times
+        what came before (``ttl run``'s session, store, lease...); the "started" line
+        gives its split."""
+        startup = startup or BatchPhases()
+        with startup.phase("lease"):
+            self._take_lease()
         self.lease.start_heartbeat(on_lost=self._lease_lost)
         self.metrics.lease_held.labels(self.conf.store.name).set(1)
         if self.conf.metrics.port is not None:
@@ -141,9 +148,11 @@ class StreamJob:
             for sig in previous:
                 signal.signal(sig, lambda *_: self.stop())
             with self.lock:
-                self._publish()  # catch up on versions an earlier run left unpublished
+                with startup.phase("publish"):
+                    self._publish()  # catch up on versions an earlier run left unpublished
                 try:
-                    eviction.prime_expiry_floor(self.store)
+                    with startup.phase("expiry_floor"):
+                        eviction.prime_expiry_floor(self.store)
                 except Exception:  # noqa: BLE001 - only a shortcut: the sweep computes it
                     log.warning("could not learn %s's earliest expiry at start-up; the "
                                 "first sweep will", self.conf.store.name, exc_info=True)
@@ -157,10 +166,15 @@ class StreamJob:
             skipped = self._lost_input(available_now)
             if available_now:
                 self._catch_up_bar = self._start_catch_up_bar()
-            self.query = self._start_query(available_now, fail_on_data_loss=not skipped)
+            with startup.phase("query"):
+                self.query = self._start_query(available_now, fail_on_data_loss=not skipped)
             self.query_started.set()
-            log.info("stream %s started (query %s, checkpoint %s)", self.conf.store.name,
-                     self.query.id, self.conf.stream.checkpoint)
+            split = startup.as_dict()
+            total = split.pop("total")
+            log.info("stream %s started in %.1f s (%s; query %s, checkpoint %s)",
+                     self.conf.store.name, total,
+                     ", ".join(f"{k} {v:.1f}" for k, v in split.items()), self.query.id,
+                     self.conf.stream.checkpoint)
             try:
                 while self.query.isActive and not self.stopping.is_set():
                     self.query.awaitTermination(1)

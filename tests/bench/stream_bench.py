@@ -274,7 +274,7 @@ def ingest(work: Path, kafka: LocalKafka, args) -> None:
     log_text = err_path.read_text(errors="replace")
     batches = batch_lines(log_text)
     durations = [b["duration_s"] for _, b in batches]
-    query_up = first_line_time(log_text, "started (query")
+    query_up = first_line_time(log_text, "; query ")
     print(f"  ttl run --available-now: exit {proc.returncode}, wall {wall:.1f} s, "
           f"{records / wall:,.0f} records/s end to end (including JVM/Spark start-up)")
     if batches:
@@ -418,7 +418,7 @@ def latency(work: Path, kafka: LocalKafka, args) -> dict | None:
     proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=str(Path.cwd()),
                             start_new_session=True)
     try:
-        wait_for(lambda: "started (query" in err_path.read_text(errors="replace"), 300,
+        wait_for(lambda: "; query " in err_path.read_text(errors="replace"), 300,
                  "the query to start", proc, err_path)
         up = time.monotonic() - spawned
         warm = time.monotonic()

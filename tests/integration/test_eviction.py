@@ -206,6 +206,35 @@ def test_a_standalone_sweep_skips_while_another_process_holds_the_lease(spark, t
     wait_until(lambda: standalone.acquire(), timeout=10, what="the released lease")
 
 
+def test_a_lease_taken_a_moment_ago_is_held_without_another_merge(spark, table_path):
+    """``ttl run`` takes the lease, then the stream's start finds it held for a third of
+    its duration (no second MERGE); after that, a release, or a lost race it is not."""
+    from ttl.stream import take_lease
+
+    make_store(spark, table_path)
+    clock = FixedClock(NOW)
+    lease = Lease(spark, table_path, duration_ms=30_000, clock=clock, holder="stream")
+    assert not lease.held()
+    take_lease(lease, "ev", 30_000)
+    assert lease.held()
+    version = delta_log.latest_version(spark, lease.path)
+    take_lease(lease, "ev", 30_000)                                 # held: nothing written
+    assert delta_log.latest_version(spark, lease.path) == version
+    clock.advance(10_000)                                           # a third gone: renew
+    assert not lease.held()
+    take_lease(lease, "ev", 30_000)
+    assert lease.held() and delta_log.latest_version(spark, lease.path) == version + 1
+    lease.release()
+    assert not lease.held()
+    other = Lease(spark, table_path, duration_ms=30_000, clock=clock, holder="other")
+    assert other.acquire() and other.held()
+    version = delta_log.latest_version(spark, lease.path)
+    assert not lease.acquire() and not lease.held()
+    # A contender's try commits nothing, so it never makes the holder's renewal conflict.
+    assert delta_log.latest_version(spark, lease.path) == version
+    assert other.renew() and other.current().holder == "other"
+
+
 def test_a_standalone_operation_that_loses_its_lease_stops_with_lease_lost(spark, table_path):
     """Reliability 8: while a standalone operation holds the lease, another writer takes it
     (here: after the row lapsed). The heartbeat notices, the operation's block ends with
