@@ -257,7 +257,7 @@ def properties(spark, path: str) -> dict[str, str]:
     computed the table's size too, a log replay: 3-7 s on a cold JVM at every start-up."""
     snapshot = _updated(spark, path)
     if int(snapshot.version()) < 0:
-        raise ValueError(f"{path} is not a Delta table")
+        return {}  # no table there: no properties (as DESCRIBE DETAIL said of a plain directory)
     jvm = spark.sparkContext._jvm
     return dict(jvm.scala.jdk.javaapi.CollectionConverters.asJava(
         snapshot.metadata().configuration()))

@@ -102,19 +102,14 @@ class Lease:
         of the row afterwards), against about 1 s for the UPDATE, every ten seconds of a
         stream's life on a 2-core machine.
         """
-        from delta.exceptions import (
-            ConcurrentAppendException,
-            ConcurrentDeleteDeleteException,
-            ConcurrentDeleteReadException,
-        )
+        from ttl.delta_log import conflicts
 
         now = self.clock.now_ms()
         try:
             ours = self._claim(now)
             if ours is None:  # no row yet: a new lease table
                 ours = self._insert(now)
-        except (ConcurrentAppendException, ConcurrentDeleteReadException,
-                ConcurrentDeleteDeleteException):
+        except conflicts():
             # Another writer's commit won the race: the row says who holds the lease, and
             # if it is still us, until when (our renewal did not happen).
             state = self.current()
@@ -169,12 +164,20 @@ class Lease:
         interval_ms = self.duration_ms / 3
 
         def beat() -> None:
-            held_until = self.clock.now_ms() + self.duration_ms
-            while not self._stop.wait(interval_ms / 1000):
+            # The lease runs from our last renewal (``ttl run`` takes it a moment before the
+            # stream starts beating), not from the heartbeat's start.
+            renewed = self._renewed_at
+            start = renewed if renewed is not None else self.clock.now_ms()
+            held_until = start + self.duration_ms
+            wait_ms = max(0.0, start + interval_ms - self.clock.now_ms())
+            while not self._stop.wait(wait_ms / 1000):
+                wait_ms = interval_ms
                 now = self.clock.now_ms()
                 try:
                     if self.renew():
-                        held_until = now + self.duration_ms
+                        # From this renewal's clock reading (a renewal that lost a race
+                        # while the row still names us keeps the previous one).
+                        held_until = (self._renewed_at or now) + self.duration_ms
                         continue
                     log.error("lease on %s lost to another writer", self.path)
                 except Exception:  # noqa: BLE001 - keep beating while the lease has slack

@@ -51,6 +51,11 @@ def test_no_archive_for_a_cluster_driver_or_under_spark_submit(cache, monkeypatc
     remote = spark_settings.session_settings(SparkConfig(master="spark://host:7077"))
     assert "SharedArchiveFile" not in remote.get("spark.driver.extraJavaOptions", "")
     monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "1")                 # the JVM is started already
-    submitted = spark_settings.session_settings(SparkConfig(master="local[2]"),
-                                                {"spark.jars": "/a.jar"})
+    jars = {"spark.jars": "/a.jar"}  # what spark-submit passed
+    class_archive.archive_path(spark_settings.session_settings(overrides=jars)).write_bytes(
+        b"built")
+    submitted = spark_settings.session_settings(overrides=jars)
     assert "SharedArchiveFile" not in submitted.get("spark.driver.extraJavaOptions", "")
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT")                      # the same, started here
+    assert "SharedArchiveFile" in spark_settings.session_settings(
+        overrides=jars)["spark.driver.extraJavaOptions"]

@@ -21,10 +21,12 @@ Only local drivers: under ``spark-submit`` or on a cluster the JVM is started el
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -40,10 +42,12 @@ SUFFIX = ".jsa"
 # sweep, a publication and a stop; the archive holds the classes loaded by then.
 TRAIN_SECONDS = 12
 TRAIN_TIMEOUT_S = 600
-# Settings and environment variables that change the driver JVM's classpath.
-CLASSPATH_SETTINGS = ("spark.driver.extraClassPath", "spark.jars")
+# Settings and environment variables that change the driver JVM's classpath (or its heap
+# layout: a heap of 32 GB or more turns compressed pointers off, which an archive records).
+CLASSPATH_SETTINGS = ("spark.driver.extraClassPath", "spark.jars", "spark.jars.packages",
+                      "spark.driver.memory")
 CLASSPATH_ENV = ("SPARK_HOME", "SPARK_CONF_DIR", "SPARK_DIST_CLASSPATH", "HADOOP_CONF_DIR",
-                 "YARN_CONF_DIR", "SPARK_CLASSPATH", "JAVA_HOME")
+                 "YARN_CONF_DIR", "SPARK_CLASSPATH", "JAVA_HOME", "PYSPARK_SUBMIT_ARGS")
 # The JVM reports an archive it cannot use as a warning on stdout; a command's stdout is
 # its output (JSON, summaries), so CDS messages go to stderr instead.
 LOG_OPTIONS = "-Xlog:cds*=off -Xlog:cds*=warning:stderr"
@@ -78,10 +82,13 @@ def key(settings: dict[str, str]) -> str | None:
     if java is None:
         return None
     release = java.parent.parent / "release"  # the JDK's version and build
+    conf_dir = os.environ.get("SPARK_CONF_DIR")  # its spark-defaults.conf may add jars
+    defaults = Path(conf_dir, "spark-defaults.conf") if conf_dir else None
     parts = [str(java), release.read_text() if release.exists() else "",
              *_listing(Path(pyspark.__file__).parent / "jars"),
              *(f"{name}={settings.get(name, '')}" for name in CLASSPATH_SETTINGS),
-             *(f"{name}={os.environ.get(name, '')}" for name in CLASSPATH_ENV)]
+             *(f"{name}={os.environ.get(name, '')}" for name in CLASSPATH_ENV),
+             defaults.read_text() if defaults is not None and defaults.is_file() else ""]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
@@ -96,6 +103,10 @@ def java_options(settings: dict[str, str]) -> str | None:
     path = archive_path(settings)
     if path is None or not path.is_file():
         return None
+    try:
+        os.utime(path)  # in use: ``_prune`` keeps archives used within its age
+    except OSError:
+        pass  # a read-only cache still serves
     return f"-XX:SharedArchiveFile={path} {LOG_OPTIONS}"
 
 
@@ -110,32 +121,55 @@ def build(*, force: bool = False) -> tuple[Path | None, str]:
         return None, "no java found: no class-data archive"
     if path.is_file() and not force:
         return path, "already built"
-    path.unlink(missing_ok=True)  # the training JVM must not map the one it replaces
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".partial")
-    partial.unlink(missing_ok=True)
-    started = time.monotonic()
-    try:
-        proc = subprocess.run([sys.executable, "-m", __name__, str(partial)],
-                              capture_output=True, text=True, timeout=TRAIN_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        return None, f"training run timed out after {TRAIN_TIMEOUT_S} s: no class-data archive"
-    if proc.returncode != 0 or not partial.is_file() or partial.stat().st_size == 0:
-        partial.unlink(missing_ok=True)
-        tail = (proc.stderr or proc.stdout)[-1500:]
-        return None, f"training run failed (exit {proc.returncode}): no class-data archive\n{tail}"
-    partial.replace(path)
-    _prune(keep=path)
+    with (path.parent / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time (two setups, two clones)
+        if path.is_file() and not force:
+            return path, "already built (by another setup)"
+        path.unlink(missing_ok=True)  # the training JVM must not map the one it replaces
+        partial = path.with_name(f"{path.stem}.{os.getpid()}.partial")
+        started = time.monotonic()
+        failure = _train_into(partial)
+        if failure is not None:
+            partial.unlink(missing_ok=True)
+            return None, f"{failure}: no class-data archive"
+        partial.replace(path)
+        _prune(keep=path)
     return path, f"built in {time.monotonic() - started:.0f} s"
 
 
+def _train_into(partial: Path) -> str | None:
+    """Run the training in a process group of its own (the JVM, the broker and the demo
+    die with it on a timeout); ``None`` once ``partial`` holds the archive, else why not."""
+    proc = subprocess.Popen([sys.executable, "-m", __name__, str(partial)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=TRAIN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return f"the training run timed out after {TRAIN_TIMEOUT_S} s"
+    if proc.returncode != 0 or not partial.is_file() or partial.stat().st_size == 0:
+        try:  # its JVM would write the archive as it exits, after we gave up on it
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        return f"the training run failed (exit {proc.returncode})\n{output[-1500:]}"
+    return None
+
+
 def _prune(keep: Path, max_age_s: float = 7 * 86_400) -> None:
-    """Drop other archives not rewritten for a week (another clone's or an older install's:
-    each is ~200 MB)."""
+    """Drop other archives no session mapped for a week (another clone's or an older
+    install's: each is ~200 MB; ``java_options`` touches the one it hands out) and partial
+    files a killed build left."""
     cutoff = time.time() - max_age_s
-    for other in archive_dir().glob(f"*{SUFFIX}"):
-        if other != keep and other.stat().st_mtime < cutoff:
-            other.unlink(missing_ok=True)
+    for other in [*archive_dir().glob(f"*{SUFFIX}"), *archive_dir().glob("*.partial")]:
+        try:
+            if other != keep and other.stat().st_mtime < cutoff:
+                other.unlink(missing_ok=True)
+        except OSError:
+            continue  # gone meanwhile, or not ours to remove
 
 
 _PROFILE = """
