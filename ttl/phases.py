@@ -39,6 +39,7 @@ class BatchPhases:
             self._sc.setJobGroup(self._group, "ttl batch", interruptOnCancel=False)
             self._own_group = True
         self._before = self._job_ids()
+        self._compiled = self._compiles()
 
     def _job_ids(self) -> set[int]:
         return set(self._sc.statusTracker().getJobIdsForGroup(self._group))
@@ -56,6 +57,22 @@ class BatchPhases:
         if self._sc is None:
             return None
         return len(self._job_ids() - self._before)
+
+    def _compiles(self) -> int:
+        jvm = self._sc._jvm
+        return int(jvm.org.apache.spark.metrics.source.CodegenMetrics
+                   .METRIC_COMPILATION_TIME().getCount())
+
+    def codegen_compiles(self) -> int | None:
+        """Classes Spark's code generation compiled since the batch began, in the whole
+        JVM (background work included; ``None`` without Spark). Spark keeps the classes it
+        compiled in a cache keyed by their source, so a steady stream compiles few per
+        batch; many mean the cache is too small for the queries that keep running, and
+        each batch then pays the compiler, and the JIT again for every new class
+        (``conf/spark-defaults.conf``: ``spark.sql.codegen.cache.maxEntries``)."""
+        if self._sc is None:
+            return None
+        return self._compiles() - self._compiled
 
     def close(self) -> None:
         """Remove the group this object set (never the query's own)."""

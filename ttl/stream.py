@@ -410,6 +410,7 @@ class StreamJob:
                 with phases.phase("publish_wait"):  # the previous batch's publication
                     self._await_publication()
                 jobs, own = phases.spark_jobs(), time.monotonic() - phases.started
+                jobs = {"spark_jobs": jobs, "codegen_compiles": phases.codegen_compiles()}
                 # Up to this batch's (and its sweep's) version only: the next batch's commit
                 # is published by the next batch, from its own rows.
                 upto = delta_log.latest_version(self.spark, self.store.path)
@@ -424,8 +425,9 @@ class StreamJob:
         finally:
             phases.close()  # on this thread (the job group is a thread's property)
 
-    def _batch_done(self, batch_id: int, result, evicted: dict, published, phases, jobs,
-                    own: float, offsets: dict[str, int], stream_time: int | None) -> None:
+    def _batch_done(self, batch_id: int, result, evicted: dict, published, phases,
+                    jobs: dict, own: float, offsets: dict[str, int],
+                    stream_time: int | None) -> None:
         """The batch is published: account for it and write its log line (from the
         publication's thread; ``duration_s`` is the batch's own time, its publication,
         overlapping the next batch, is ``phases_s.publish``)."""
@@ -443,7 +445,7 @@ class StreamJob:
             "evicted": evicted, "changelog_records": published.records,
             "publication_lag_versions": published.lag_versions,
             "duration_s": seconds["total"], "phases_s": seconds,
-            "spark_jobs": jobs, "write": result.write, "write_metrics": result.metrics,
+            **jobs, "write": result.write, "write_metrics": result.metrics,
             "stream_time": stream_time, "applied": result.applied,
             "input_offsets": offsets, "catch_up": self._catch_up(offsets),
         }, sort_keys=True))

@@ -317,18 +317,24 @@ def ingest(work: Path, kafka: LocalKafka, args) -> None:
               f"input record", flush=True)
 
 
-def print_phases(batches: list[dict]) -> None:
-    """Per-phase seconds (p50 over the batches), Spark jobs per batch and the write's Delta
-    metrics of the median batch, from the ``ttl.batch`` lines that carry them."""
+def print_phases(batches: list[dict], q: float = 0.5) -> None:
+    """Per-phase seconds (the ``q`` quantile over the batches, each phase on its own), Spark
+    jobs per batch and the write's Delta metrics of the median batch, from the ``ttl.batch``
+    lines that carry them. With ``q`` other than 0.5 only the phases are printed."""
     rows = [b["phases_s"] for b in batches if b.get("phases_s")]
     if not rows:
         return
     names = sorted({k for r in rows for k in r}, key=lambda k: (k == "total", k))
-    print("  phase p50 s: " + ", ".join(
-        f"{n} {pct([r.get(n, 0.0) for r in rows], 0.5):.2f}" for n in names))
+    print(f"  phase p{round(q * 100)} s: " + ", ".join(
+        f"{n} {pct([r.get(n, 0.0) for r in rows], q):.2f}" for n in names))
+    if q != 0.5:
+        return
     jobs = [b["spark_jobs"] for b in batches if b.get("spark_jobs") is not None]
     if jobs:
-        print(f"  spark jobs per batch: p50 {pct(jobs, 0.5):.0f}, max {max(jobs)}")
+        compiled = [b.get("codegen_compiles") or 0 for b in batches]
+        print(f"  spark jobs per batch: p50 {pct(jobs, 0.5):.0f}, max {max(jobs)}; classes "
+              f"compiled by code generation per batch: p50 {pct(compiled, 0.5):.0f}, "
+              f"max {max(compiled)}")
     written = sorted((b for b in batches if b.get("write_metrics")),
                      key=lambda b: b["duration_s"])
     if written:
@@ -504,6 +510,8 @@ def latency(work: Path, kafka: LocalKafka, args) -> dict | None:
               f"{pct(sizes, 0.5):.0f} max {max(sizes)}, duration_s p50 "
               f"{pct(durations, 0.5):.2f} p99 {pct(durations, 0.99):.2f} "
               f"max {max(durations):.2f}")
+        print_phases(batches)
+        print_phases(batches, 0.99)
     else:
         print("  no ttl.batch line logged while measuring")
     print_publications_sweeps_summary(log_text, out_path, measure_from)

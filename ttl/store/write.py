@@ -67,13 +67,29 @@ class WriteResult:
     write: str = ""  # which write made the commit: append, replace, merge, empty; or skipped
 
 
+#: Rows per task (and so per file) of a batch's write. A DataFrame of the driver's Arrow rows
+#: is split into ``spark.default.parallelism`` partitions however few its rows, so a trickle's
+#: batch of 30 rows wrote 4 files of 8 rows in 4 tasks: the task overhead is most of such a
+#: write, and the files pile up (4 a second on a 1 s trigger) for every later snapshot and
+#: lookup to list and read. A batch gets one task per this many rows, at most the default.
+ROWS_PER_TASK = 50_000
+
+
+def frame(spark, rows):
+    """The DataFrame of Arrow ``rows`` a write takes: ``ROWS_PER_TASK`` rows per partition
+    (a coalesce: no shuffle), never more partitions than Spark would give them."""
+    df = spark.createDataFrame(rows)
+    wanted = max(1, -(-rows.num_rows // ROWS_PER_TASK))
+    return df.coalesce(wanted) if wanted < spark.sparkContext.defaultParallelism else df
+
+
 def _write_dead_letters(spark, rejects, dead_letter_path: str, wall_ms: int,
                         txn: tuple[str, int] | None) -> None:
     import pyarrow as pa
 
     # rejected_at in Arrow: Spark then has no column to compute over the driver's rows
     # (``layout.key_hashes`` says why that matters).
-    rejected = spark.createDataFrame(rejects.append_column(
+    rejected = frame(spark, rejects.append_column(
         "rejected_at", pa.repeat(pa.scalar(wall_ms, pa.int64()), rejects.num_rows)))
     writer = rejected.write.format("delta").mode("append")
     if txn is not None:
@@ -86,7 +102,7 @@ def _merge(spark, path: str, changes, wall_ms: int) -> None:
     # is the driver's Arrow rows, deterministic) made the rewrite slower, not faster (1M
     # keys, 100k updates: rewrite 5.4 s against 3.9-4.6 s), the Arrow rows being decoded
     # again for each pass over the source.
-    _merge_into(spark, path, spark.createDataFrame(_hashed(changes)), wall_ms)
+    _merge_into(spark, path, frame(spark, _hashed(changes)), wall_ms)
 
 
 def _merge_into(spark, path: str, changes, wall_ms: int) -> None:
@@ -136,7 +152,7 @@ def _append(spark, path: str, changes, wall_ms: int) -> None:
     batch's keys, at the version the write starts from): a blind append gives the MERGE's
     exact table and change feed (the same inserts) without scanning the table for matches."""
     rows = _table_rows(_hashed(changes), wall_ms)
-    spark.createDataFrame(rows).write.format("delta").mode("append").save(path)
+    frame(spark, rows).write.format("delta").mode("append").save(path)
 
 
 def _removes(changes) -> bool:
@@ -167,7 +183,7 @@ def _replace(spark, path: str, changes, wall_ms: int) -> None:
     condition is what Delta 4.4 runs but does not document, so only batches with removals
     depend on it."""
     hashed = _hashed(changes)
-    rows = spark.createDataFrame(_table_rows(hashed, wall_ms))
+    rows = frame(spark, _table_rows(hashed, wall_ms))
     if not _removes(changes):
         (rows.write.format("delta").mode("overwrite")
          .option("replaceUsing", "key_hash, key").save(path))
