@@ -45,6 +45,37 @@ def test_key_hashes_are_sparks_xxhash64_of_the_keys(spark):
     assert min(mine) < 0 < max(mine)
 
 
+def test_a_batch_writes_one_file_per_50k_rows_and_a_small_one_a_single_file(spark, table_path,
+                                                                           monkeypatch):
+    """A trickle's batch of a few rows is one task and one file (Spark would split the
+    driver's rows into ``spark.default.parallelism`` partitions however few they are); a
+    larger one gets one partition per ``ROWS_PER_TASK`` rows. Counted in the commits'
+    ``numFiles`` (an append) and in the frame's partitions."""
+    import pyarrow as pa
+
+    from ttl import delta_log
+    from ttl.phases import BatchPhases
+    from ttl.store import write
+
+    assert spark.sparkContext.defaultParallelism > 1  # else the test could not fail
+    # A stream's queries outgrow Spark's default 100 cached classes (conf/spark-defaults.conf)
+    assert spark.conf.get("spark.sql.codegen.cache.maxEntries") == "1000"
+    store = make_store(spark, table_path)
+    phases = BatchPhases(spark)
+    store.apply_records([InputRecord(b"k%d" % i, b"v", NOW) for i in range(30)],
+                        wall_ms=NOW, phases=phases)
+    assert delta_log.latest_commit(spark, table_path).metric("numFiles") == 1
+    assert phases.codegen_compiles() is not None and phases.codegen_compiles() >= 0
+    phases.close()
+    monkeypatch.setattr(write, "ROWS_PER_TASK", 10)
+    store.apply_records([InputRecord(b"n%d" % i, b"v", NOW) for i in range(25)], wall_ms=NOW)
+    assert delta_log.latest_commit(spark, table_path).metric("numFiles") == 3
+    rows = pa.table({"i": pa.array(range(10_000))})
+    monkeypatch.setattr(write, "ROWS_PER_TASK", 1)  # more than Spark's own split: Spark's
+    assert (write.frame(spark, rows).rdd.getNumPartitions()
+            == spark.createDataFrame(rows).rdd.getNumPartitions())
+
+
 def test_table_is_created_with_layout_properties_and_reopened_idempotently(spark, table_path):
     make_store(spark, table_path)
     make_store(spark, table_path)  # reopening with the same settings is fine
