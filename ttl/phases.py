@@ -31,6 +31,7 @@ class BatchPhases:
         self._sc = spark.sparkContext if spark is not None else None
         self._own_group = False
         self._before: set[int] = set()
+        self._compiled: int | None = None
         if self._sc is None:
             return
         self._group = self._sc.getLocalProperty(_GROUP)
@@ -58,21 +59,27 @@ class BatchPhases:
             return None
         return len(self._job_ids() - self._before)
 
-    def _compiles(self) -> int:
-        jvm = self._sc._jvm
-        return int(jvm.org.apache.spark.metrics.source.CodegenMetrics
-                   .METRIC_COMPILATION_TIME().getCount())
+    def _compiles(self) -> int | None:
+        """The driver JVM's count of code-generation compilations so far; ``None`` if it
+        cannot be read (a diagnostic never fails a batch)."""
+        try:
+            return int(self._sc._jvm.org.apache.spark.metrics.source.CodegenMetrics
+                       .METRIC_COMPILATION_TIME().getCount())
+        except Exception:  # noqa: BLE001 - a figure for the log line, nothing depends on it
+            return None
 
     def codegen_compiles(self) -> int | None:
-        """Classes Spark's code generation compiled since the batch began, in the whole
-        JVM (background work included; ``None`` without Spark). Spark keeps the classes it
+        """Classes Spark's code generation compiled since the batch began, in the driver's
+        JVM (background work included, executors elsewhere not; ``None`` without Spark or
+        when the count cannot be read). Spark keeps the classes it
         compiled in a cache keyed by their source, so a steady stream compiles few per
         batch; many mean the cache is too small for the queries that keep running, and
         each batch then pays the compiler, and the JIT again for every new class
         (``conf/spark-defaults.conf``: ``spark.sql.codegen.cache.maxEntries``)."""
-        if self._sc is None:
+        if self._sc is None or self._compiled is None:
             return None
-        return self._compiles() - self._compiled
+        now = self._compiles()
+        return None if now is None else now - self._compiled
 
     def close(self) -> None:
         """Remove the group this object set (never the query's own)."""

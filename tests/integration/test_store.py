@@ -57,7 +57,7 @@ def test_a_batch_writes_one_file_per_50k_rows_and_a_small_one_a_single_file(spar
     from ttl.phases import BatchPhases
     from ttl.store import write
 
-    assert spark.sparkContext.defaultParallelism > 1  # else the test could not fail
+    assert spark.sparkContext.defaultParallelism > 3  # else the test could not fail
     # A stream's queries outgrow Spark's default 100 cached classes (conf/spark-defaults.conf)
     assert spark.conf.get("spark.sql.codegen.cache.maxEntries") == "1000"
     store = make_store(spark, table_path)
@@ -70,10 +70,18 @@ def test_a_batch_writes_one_file_per_50k_rows_and_a_small_one_a_single_file(spar
     monkeypatch.setattr(write, "ROWS_PER_TASK", 10)
     store.apply_records([InputRecord(b"n%d" % i, b"v", NOW) for i in range(25)], wall_ms=NOW)
     assert delta_log.latest_commit(spark, table_path).metric("numFiles") == 3
-    rows = pa.table({"i": pa.array(range(10_000))})
-    monkeypatch.setattr(write, "ROWS_PER_TASK", 1)  # more than Spark's own split: Spark's
-    assert (write.frame(spark, rows).rdd.getNumPartitions()
-            == spark.createDataFrame(rows).rdd.getNumPartitions())
+    # Above Spark's local-relation threshold the rows arrive one partition per Arrow batch:
+    # coalesced all the same.
+    monkeypatch.setattr(write, "ROWS_PER_TASK", 50_000)
+    rows = pa.concat_tables([pa.table({"i": pa.array(range(1_000))})] * 6)
+    threshold = "spark.sql.execution.arrow.localRelationThreshold"
+    before = spark.conf.get(threshold)
+    spark.conf.set(threshold, "0")
+    try:
+        assert spark.createDataFrame(rows).rdd.getNumPartitions() == 6
+        assert write.frame(spark, rows).rdd.getNumPartitions() == 1
+    finally:
+        spark.conf.set(threshold, before)
 
 
 def test_table_is_created_with_layout_properties_and_reopened_idempotently(spark, table_path):

@@ -67,20 +67,20 @@ class WriteResult:
     write: str = ""  # which write made the commit: append, replace, merge, empty; or skipped
 
 
-#: Rows per task (and so per file) of a batch's write. A DataFrame of the driver's Arrow rows
-#: is split into ``spark.default.parallelism`` partitions however few its rows, so a trickle's
-#: batch of 30 rows wrote 4 files of 8 rows in 4 tasks: the task overhead is most of such a
-#: write, and the files pile up (4 a second on a 1 s trigger) for every later snapshot and
-#: lookup to list and read. A batch gets one task per this many rows, at most the default.
+#: Rows per task (and so per file) of a batch's write. Spark splits a DataFrame of the
+#: driver's Arrow rows into min(rows, ``spark.default.parallelism``) partitions (above
+#: ``spark.sql.execution.arrow.localRelationThreshold``, 48 MB, into one per Arrow record
+#: batch of at most 10,000 rows), so a trickle's batch of 30 rows wrote 4 files of 8 rows in
+#: 4 tasks: the task overhead is most of such a write, and the files pile up (4 a second on
+#: a 1 s trigger) for every later snapshot and lookup to list and read. A batch gets one
+#: task per this many rows.
 ROWS_PER_TASK = 50_000
 
 
 def frame(spark, rows):
     """The DataFrame of Arrow ``rows`` a write takes: ``ROWS_PER_TASK`` rows per partition
-    (a coalesce: no shuffle), never more partitions than Spark would give them."""
-    df = spark.createDataFrame(rows)
-    wanted = max(1, -(-rows.num_rows // ROWS_PER_TASK))
-    return df.coalesce(wanted) if wanted < spark.sparkContext.defaultParallelism else df
+    (a coalesce: no shuffle, and never more partitions than Spark gave them)."""
+    return spark.createDataFrame(rows).coalesce(max(1, -(-rows.num_rows // ROWS_PER_TASK)))
 
 
 def _write_dead_letters(spark, rejects, dead_letter_path: str, wall_ms: int,
