@@ -397,7 +397,7 @@ def test_a_progress_read_that_cannot_finish_raises_instead_of_starting_over(kafk
 
 
 def test_a_publisher_whose_change_feed_is_gone_stops_and_a_reseed_goes_on(
-        spark, kafka, kconf, table_path):
+        spark, kafka, kconf, table_path, monkeypatch):
     """Reliability 12: an operator's VACUUM RETAIN 0 HOURS removes the change data of
     versions not yet published. The publisher stops with ChangeFeedGone and the re-seed
     action (instead of a Spark trace on every start); the re-seed publishes the table's
@@ -407,7 +407,11 @@ def test_a_publisher_whose_change_feed_is_gone_stops_and_a_reseed_goes_on(
 
     from ttl import delta_log, eviction
     from ttl.errors import ChangeFeedGone, VacuumRefused
+    from ttl.store import write
 
+    # One file per row: removing k0 then removes a whole file, which VACUUM can delete (in a
+    # file shared with k1 a deletion vector would mark it, and the file would stay).
+    monkeypatch.setattr(write, "ROWS_PER_TASK", 1)
     store = make_store(spark, table_path)
     store.apply_records(recs((b"k0", b"v", NOW), (b"k1", b"v", NOW)),
                         metadata={"input_offsets": {"0": 2}})
