@@ -409,8 +409,9 @@ class StreamJob:
                     evicted = self._stream_sweep()
                 with phases.phase("publish_wait"):  # the previous batch's publication
                     self._await_publication()
-                jobs, own = phases.spark_jobs(), time.monotonic() - phases.started
-                jobs = {"spark_jobs": jobs, "codegen_compiles": phases.codegen_compiles()}
+                own = time.monotonic() - phases.started
+                jobs = {"spark_jobs": phases.spark_jobs(),
+                        "codegen_compiles": phases.codegen_compiles()}
                 # Up to this batch's (and its sweep's) version only: the next batch's commit
                 # is published by the next batch, from its own rows.
                 upto = delta_log.latest_version(self.spark, self.store.path)
