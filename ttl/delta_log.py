@@ -109,22 +109,44 @@ def warm_snapshot(spark, path: str) -> None:
     _updated(spark, path).numOfFiles()
 
 
-#: Commits after the last checkpoint at which the engine writes the next one, in the
-#: background (Delta's own default interval). Store tables set ``delta.checkpointInterval``
-#: far above it (``ttl.store.layout``) so Delta's checkpoint, which runs inside a commit,
-#: no longer adds about a second to every tenth batch.
-CHECKPOINT_EVERY = 10
+#: When the engine writes the next checkpoint, in the background (Delta's own, inside the
+#: commit that reaches ``delta.checkpointInterval``, is kept rare: ``ttl.store.layout``).
+#: Delta's default is every 10 commits. A checkpoint rewrites the table's whole state,
+#: and on 2 cores the batch beside it took 0.4-0.9 s longer: with a 1 s trigger, every
+#: tenth batch, the trickle's p99. Small commits (a trickle's are 1.4 KB) are replayed
+#: cheaply, so the log may hold up to ``CHECKPOINT_MAX_COMMITS`` of them; large ones (a
+#: batch of updates rewriting many files, 12-40 KB each) keep Delta's ten once the
+#: commits since the last checkpoint hold ``CHECKPOINT_LOG_BYTES``: no snapshot replays
+#: more log than it did before.
+CHECKPOINT_MIN_COMMITS = 10
+CHECKPOINT_MAX_COMMITS = 100
+CHECKPOINT_LOG_BYTES = 256 * 1024
 
 
-def checkpoint_if_due(spark, path: str, every: int = CHECKPOINT_EVERY) -> int | None:
+def checkpoint_due(commits: int, log_bytes: Callable[[], int]) -> bool:
+    """Whether ``commits`` commits after the last checkpoint call for the next one;
+    ``log_bytes`` (their commit files' total size) is only asked between the bounds."""
+    if commits < CHECKPOINT_MIN_COMMITS:
+        return False
+    return commits >= CHECKPOINT_MAX_COMMITS or log_bytes() >= CHECKPOINT_LOG_BYTES
+
+
+def _log_bytes(snapshot) -> int:
+    """The size of the commit files after ``snapshot``'s checkpoint (its log segment's
+    listing, already made: no I/O)."""
+    deltas = snapshot.logSegment().deltas()
+    return sum(int(deltas.apply(i).getLen()) for i in range(deltas.size()))
+
+
+def checkpoint_if_due(spark, path: str) -> int | None:
     """Write a checkpoint of the newest version (and clean up expired log files, as Delta's
-    own checkpoint does) when ``every`` or more commits follow the last checkpoint; returns
-    the version checkpointed, or ``None``. Any writer may checkpoint: a checkpoint is a
-    copy of a version's state, written beside the commits, so it is safe while others
-    commit."""
+    own checkpoint does) when one is due (``checkpoint_due``); returns the version
+    checkpointed, or ``None``. Any writer may checkpoint: a checkpoint is a copy of a
+    version's state, written beside the commits, so it is safe while others commit."""
     snapshot = _updated(spark, path)
     version = int(snapshot.version())
-    if version - int(snapshot.checkpointProvider().version()) < every:
+    if not checkpoint_due(version - int(snapshot.checkpointProvider().version()),
+                          lambda: _log_bytes(snapshot)):
         return None
     _jvm_log(spark, path).checkpoint(snapshot, spark.sparkContext._jvm.scala.Option.empty())
     # Delta logs a failed checkpoint and goes on: only the log says whether it was written.

@@ -36,6 +36,7 @@ def test_delta_rs_and_spark_read_the_same_rows_at_every_version(spark, table_pat
                        wall_clock=FixedClock(NOW))
     keys = [b"k%03d" % i for i in range(60)]
     versions = [delta_log.latest_version(spark, table_path)]  # the empty table
+    monkeypatch.setattr(delta_log, "CHECKPOINT_LOG_BYTES", 0)  # small commits: due at ten
     for n in range(14):  # past the engine's checkpoint cadence (10 commits)
         records = [InputRecord(k, None if (i + n) % 7 == 0 else b"v%d" % n, NOW + n,
                                (("h", b"x"),) if i % 2 else (), 0, n * 100 + i)

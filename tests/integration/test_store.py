@@ -95,18 +95,25 @@ def test_table_is_created_with_layout_properties_and_reopened_idempotently(spark
     assert props["delta.checkpointInterval"] == "1000"  # the engine checkpoints (below)
 
 
-def test_checkpoints_are_written_in_the_background_every_ten_commits(spark, table_path):
-    """Delta's own checkpoint (inside the commit reaching ``delta.checkpointInterval``, set
-    to 1000) would add a second to every tenth batch: the store writes it after the batch,
-    in the background, once ten commits follow the last; a sweep's commit and maintenance's
-    OPTIMIZE do the same (other writers' commits counted)."""
+def _checkpoints(path: str) -> list[int]:
     import os
 
+    return sorted(int(n.split(".")[0]) for n in os.listdir(f"{path}/_delta_log")
+                  if n.endswith(".checkpoint.parquet"))
+
+
+def test_checkpoints_are_written_in_the_background_when_due(spark, table_path, monkeypatch):
+    """Delta's own checkpoint (inside the commit reaching ``delta.checkpointInterval``, set
+    to 1000) would add a second to every tenth batch: the store writes it after the batch,
+    in the background, once one is due (here after ten commits, whatever their size); a
+    sweep's commit and maintenance's OPTIMIZE do the same (other writers' commits
+    counted)."""
     from ttl import delta_log, eviction
 
+    monkeypatch.setattr(delta_log, "CHECKPOINT_LOG_BYTES", 0)
+
     def checkpoints() -> list[int]:
-        return sorted(int(n.split(".")[0]) for n in os.listdir(f"{table_path}/_delta_log")
-                      if n.endswith(".checkpoint.parquet"))
+        return _checkpoints(table_path)
 
     def operator_commits(n: int) -> int:
         for i in range(n):
@@ -129,6 +136,35 @@ def test_checkpoints_are_written_in_the_background_every_ten_commits(spark, tabl
     assert swept.evicted == 12
     store.quiesce()
     assert checkpoints()[-1] >= latest + 1, (checkpoints(), latest)  # the sweep's version
+
+
+def test_small_commits_wait_for_more_of_them_before_a_checkpoint(spark, table_path,
+                                                                 monkeypatch):
+    """A trickle's commits are small: ten of them are not a checkpoint yet (each one
+    beside a batch slowed it), the maximum count is; and the log's size, read from the
+    snapshot's listing, is the size of the commit files after the last checkpoint."""
+    import os
+
+    from ttl import delta_log
+
+    store = make_store(spark, table_path)
+    for n in range(12):
+        store.apply_records([InputRecord(b"k%d" % n, b"v", NOW + n, (), 0, n)])
+    store.quiesce()
+    assert _checkpoints(table_path) == []
+    log_dir = f"{table_path}/_delta_log"
+    on_disk = sum(os.path.getsize(f"{log_dir}/{n}") for n in os.listdir(log_dir)
+                  if n.endswith(".json"))
+    size = delta_log._log_bytes(delta_log._updated(spark, table_path))
+    assert size == on_disk and 0 < size < delta_log.CHECKPOINT_LOG_BYTES
+    commits = delta_log.latest_version(spark, table_path) + 1  # versions 0.. without one
+    monkeypatch.setattr(delta_log, "CHECKPOINT_MAX_COMMITS", commits + 2)
+    store.apply_records([InputRecord(b"k", b"v", NOW, (), 0, 12)])
+    store.quiesce()
+    assert _checkpoints(table_path) == []
+    store.apply_records([InputRecord(b"k", b"v", NOW, (), 0, 13)])
+    store.quiesce()
+    assert _checkpoints(table_path) == [delta_log.latest_version(spark, table_path)]
 
 
 def test_opening_with_another_ttl_names_both_values(spark, table_path):

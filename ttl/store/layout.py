@@ -73,9 +73,9 @@ DEAD_LETTER_COLUMNS = (
 
 #: ``delta.checkpointInterval``: Delta checkpoints inside the commit that reaches the
 #: interval (about +1 s for that batch: the trickle's slowest batches); at 1000 that is
-#: rare, and the engine checkpoints every ``delta_log.CHECKPOINT_EVERY`` commits in the
-#: background instead (``DeltaStore``). Tables made before keep their interval: setting it
-#: is a metadata commit, which an operator may make (README, Operations).
+#: rare, and the engine checkpoints in the background instead, when
+#: ``delta_log.checkpoint_due`` (``DeltaStore``). Tables made before keep their interval:
+#: setting it is a metadata commit, which an operator may make (README, Operations).
 CHECKPOINT_INTERVAL = 1000
 
 BASE_PROPERTIES = {
