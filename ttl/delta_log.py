@@ -114,10 +114,10 @@ def warm_snapshot(spark, path: str) -> None:
 #: Delta's default is every 10 commits. A checkpoint rewrites the table's whole state,
 #: and on 2 cores the batch beside it took 0.4-0.9 s longer: with a 1 s trigger, every
 #: tenth batch, the trickle's p99. Small commits (a trickle's are 1.4 KB) are replayed
-#: cheaply, so the log may hold up to ``CHECKPOINT_MAX_COMMITS`` of them; large ones (a
-#: batch of updates rewriting many files, 12-40 KB each) keep Delta's ten once the
-#: commits since the last checkpoint hold ``CHECKPOINT_LOG_BYTES``: no snapshot replays
-#: more log than it did before.
+#: cheaply, so the log may hold up to ``CHECKPOINT_MAX_COMMITS`` of them; once the commits
+#: since the last checkpoint hold ``CHECKPOINT_LOG_BYTES`` (ten of 26 KB or more, as large
+#: update batches write), Delta's ten stand. A snapshot then replays at most about that
+#: much log, or ten larger commits as before, in at most 99 files.
 CHECKPOINT_MIN_COMMITS = 10
 CHECKPOINT_MAX_COMMITS = 100
 CHECKPOINT_LOG_BYTES = 256 * 1024
@@ -133,9 +133,9 @@ def checkpoint_due(commits: int, log_bytes: Callable[[], int]) -> bool:
 
 def _log_bytes(snapshot) -> int:
     """The size of the commit files after ``snapshot``'s checkpoint (its log segment's
-    listing, already made: no I/O)."""
-    deltas = snapshot.logSegment().deltas()
-    return sum(int(deltas.apply(i).getLen()) for i in range(deltas.size()))
+    listing, already made: no I/O; Delta reports the same figure as
+    ``totalCommitsSizeSinceLastCheckpoint``)."""
+    return int(snapshot.deltaFileSizeInBytes())
 
 
 def checkpoint_if_due(spark, path: str) -> int | None:

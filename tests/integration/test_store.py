@@ -141,8 +141,9 @@ def test_checkpoints_are_written_in_the_background_when_due(spark, table_path, m
 def test_small_commits_wait_for_more_of_them_before_a_checkpoint(spark, table_path,
                                                                  monkeypatch):
     """A trickle's commits are small: ten of them are not a checkpoint yet (each one
-    beside a batch slowed it), the maximum count is; and the log's size, read from the
-    snapshot's listing, is the size of the commit files after the last checkpoint."""
+    beside a batch slowed it), the maximum count is, and so is ten or more holding the
+    size bound; the log's size, read from the snapshot's listing, is the size of the
+    commit files after the last checkpoint."""
     import os
 
     from ttl import delta_log
@@ -164,7 +165,20 @@ def test_small_commits_wait_for_more_of_them_before_a_checkpoint(spark, table_pa
     assert _checkpoints(table_path) == []
     store.apply_records([InputRecord(b"k", b"v", NOW, (), 0, 13)])
     store.quiesce()
-    assert _checkpoints(table_path) == [delta_log.latest_version(spark, table_path)]
+    first = delta_log.latest_version(spark, table_path)
+    assert _checkpoints(table_path) == [first]
+    # After a checkpoint only the commits after it count, towards the size as well.
+    for n in range(10):
+        store.apply_records([InputRecord(b"k", b"v", NOW, (), 0, 14 + n)])
+    store.quiesce()
+    assert _checkpoints(table_path) == [first]  # ten small commits
+    after = sum(os.path.getsize(f"{log_dir}/{v:020d}.json")
+                for v in range(first + 1, delta_log.latest_version(spark, table_path) + 1))
+    assert delta_log._log_bytes(delta_log._updated(spark, table_path)) == after
+    monkeypatch.setattr(delta_log, "CHECKPOINT_LOG_BYTES", after + 1)  # the next one reaches it
+    store.apply_records([InputRecord(b"k", b"v", NOW, (), 0, 24)])
+    store.quiesce()
+    assert _checkpoints(table_path) == [first, delta_log.latest_version(spark, table_path)]
 
 
 def test_opening_with_another_ttl_names_both_values(spark, table_path):
