@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from functools import partial
+
 import pytest
 
 from ttl.clock import FixedClock
@@ -96,8 +99,6 @@ def test_table_is_created_with_layout_properties_and_reopened_idempotently(spark
 
 
 def _checkpoints(path: str) -> list[int]:
-    import os
-
     return sorted(int(n.split(".")[0]) for n in os.listdir(f"{path}/_delta_log")
                   if n.endswith(".checkpoint.parquet"))
 
@@ -111,9 +112,7 @@ def test_checkpoints_are_written_in_the_background_when_due(spark, table_path, m
     from ttl import delta_log, eviction
 
     monkeypatch.setattr(delta_log, "CHECKPOINT_LOG_BYTES", 0)
-
-    def checkpoints() -> list[int]:
-        return _checkpoints(table_path)
+    checkpoints = partial(_checkpoints, table_path)
 
     def operator_commits(n: int) -> int:
         for i in range(n):
@@ -144,8 +143,6 @@ def test_small_commits_wait_for_more_of_them_before_a_checkpoint(spark, table_pa
     beside a batch slowed it), the maximum count is, and so is ten or more holding the
     size bound; the log's size, read from the snapshot's listing, is the size of the
     commit files after the last checkpoint."""
-    import os
-
     from ttl import delta_log
 
     store = make_store(spark, table_path)
