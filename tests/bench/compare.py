@@ -26,9 +26,11 @@ that changelog with a plain consumer.
 
 Records/s of a streaming run is over the sum of its batch durations (``ttl.batch``
 ``duration_s``, plus the last batch's publication, which no next batch overlaps;
-``lastProgress`` ``triggerExecution`` for A and B), so JVM and Python worker
-start-up do not count; ttl's end-to-end wall time (start-up included) is printed beside it,
-and so is how busy the machine's cores were while ttl's batches ran (``/proc``), with the
+``lastProgress`` ``triggerExecution`` for A and B), so JVM and Python worker start-up do not
+count, and again over the second half of the batches: each ``ttl run`` starts its own JVM,
+whose JIT compiler is still busy in the first batches, while A and B run in the benchmark's
+JVM, warm by then; ttl's end-to-end wall time (start-up included) is printed beside it, and
+so is how busy the machine's cores were while ttl's batches ran (``/proc``), with the
 CPU-seconds per 100k records of ttl's Python process, its JVM (of that, its JIT compiler's
 and garbage collector's threads), the broker and the rest: what bounds a run that keeps
 every core busy, and where that work is. ``--jfr DIR`` also profiles the JVM's Java threads
@@ -286,11 +288,14 @@ class CpuSampler:
 
 
 class Run:
-    """One system over one workload: records, batch durations, wall time, extras."""
+    """One system over one workload: records, batch durations (and each batch's records),
+    wall time, extras."""
 
-    def __init__(self, system: str, records: int, durations: list[float], wall: float,
-                 **extra) -> None:
-        self.system, self.records, self.durations, self.wall = system, records, durations, wall
+    def __init__(self, system: str, records: int, timings: list[tuple[int, float]],
+                 wall: float, **extra) -> None:
+        self.system, self.records, self.wall = system, records, wall
+        self.sizes = [n for n, _ in timings]
+        self.durations = [s for _, s in timings]
         self.extra = extra
 
     @property
@@ -298,11 +303,24 @@ class Run:
         busy = sum(self.durations)
         return self.records / busy if busy else 0.0
 
+    @property
+    def warm_rate(self) -> float:
+        """Records/s over the second half of the batches: the JVM warmed up. Each ``ttl
+        run`` starts its own JVM, whose JIT compiler still does a third of its CPU work in
+        the first batches; a stream that runs for hours is past that."""
+        half = len(self.durations) // 2
+        busy = sum(self.durations[half:])
+        return sum(self.sizes[half:]) / busy if busy else 0.0
+
     def line(self, workload: str) -> str:
         d = self.durations or [0.0]
         return (f"  {workload} {self.system:<28} {self.rate:>10,.0f} rec/s  batches "
                 f"{len(self.durations):>3}  p50 {sb.pct(d, 0.5):6.2f} s  p99 "
-                f"{sb.pct(d, 0.99):6.2f} s  wall {self.wall:7.1f} s")
+                f"{sb.pct(d, 0.99):6.2f} s  wall {self.wall:7.1f} s  second half "
+                f"{self.warm_rate:>8,.0f} rec/s")
+
+    def per_batch(self) -> str:
+        return "  per batch (s): " + ", ".join(f"{s:.2f}" for s in self.durations)
 
 
 def run_ttl(conf_path: Path, records: int, label: str, broker_pid: int | None = None,
@@ -337,6 +355,7 @@ def run_ttl(conf_path: Path, records: int, label: str, broker_pid: int | None = 
     if seen != records:
         raise RuntimeError(f"ttl read {seen:,} records, expected {records:,}: {err_path}")
     durations = [b["duration_s"] for b in batches]
+    sizes = [b["records_in"] for b in batches]
     # A batch's publication overlaps the next batch (its ``duration_s`` leaves it out); the
     # last one overlaps nothing, so it counts: the run is done when the changelog has it.
     if batches and "publish_wait" in batches[-1]["phases_s"]:
@@ -351,12 +370,14 @@ def run_ttl(conf_path: Path, records: int, label: str, broker_pid: int | None = 
             jvm_profile.wait_for_exit(jvms)
             print(jvm_profile.line(jvm_profile.summarize(jfr, lines[0][0], lines[-1][0])),
                   flush=True)
-    return Run("ttl", records, durations, wall, batches=batches, cpu=cpu_window)
+    return Run("ttl", records, list(zip(sizes, durations, strict=True)), wall,
+               batches=batches, cpu=cpu_window)
 
 
-def _progress_durations(query) -> list[float]:
-    return [p["durationMs"]["triggerExecution"] / 1000 for p in query.recentProgress
-            if p["numInputRows"]]
+def _progress_batches(query) -> list[tuple[int, float]]:
+    """(records, seconds) of each batch that read records."""
+    return [(p["numInputRows"], p["durationMs"]["triggerExecution"] / 1000)
+            for p in query.recentProgress if p["numInputRows"]]
 
 
 def _kafka_source(spark, bootstrap: str, name: str):
@@ -406,7 +427,7 @@ def run_baseline_a(spark, bootstrap: str, name: str, work: Path, records: int) -
              .option("checkpointLocation", str(work / "a-ckpt"))
              .trigger(availableNow=True).start())
     query.awaitTermination()
-    return Run("A: Delta MERGE job", records, _progress_durations(query),
+    return Run("A: Delta MERGE job", records, _progress_batches(query),
                time.monotonic() - started)
 
 
@@ -457,7 +478,7 @@ def run_baseline_b(spark, bootstrap: str, name: str, work: Path, records: int,
              .option("checkpointLocation", str(work / "b-ckpt"))
              .trigger(availableNow=True).start())
     query.awaitTermination()
-    return Run("B: transformWithState+TTL", records, _progress_durations(query),
+    return Run("B: transformWithState+TTL", records, _progress_batches(query),
                time.monotonic() - started)
 
 
@@ -516,6 +537,7 @@ def main() -> None:
                           jfr)
             results[workload].append(run)
             print(run.line(workload), flush=True)
+            print(run.per_batch(), flush=True)
             sb.print_phases(run.extra["batches"])
             cpu = run.extra["cpu"]
             if cpu is not None:
@@ -531,9 +553,11 @@ def main() -> None:
             if not args.skip_a:
                 results[workload].append(run_baseline_a(spark, bootstrap, name, work, n))
                 print(results[workload][-1].line(workload), flush=True)
+                print(results[workload][-1].per_batch(), flush=True)
             if not args.skip_b:
                 results[workload].append(run_baseline_b(spark, bootstrap, name, work, n, b_out))
                 print(results[workload][-1].line(workload), flush=True)
+                print(results[workload][-1].per_batch(), flush=True)
 
         consumed, consume_s = consume_ceiling(bootstrap, name)
         consume_rate = consumed / consume_s
@@ -569,6 +593,9 @@ def main() -> None:
                   f"{ratio(t.rate, consume_rate)} of kafka consume, "
                   f"{ratio(t.rate, parquet_rate)} of parquet write; ttl end to end "
                   f"(start-up included) {n / t.wall:,.0f} rec/s")
+            print(f"  {workload} second half of the batches (JVMs warmed up): ttl vs A "
+                  f"{ratio(t.warm_rate, by['A'].warm_rate) if 'A' in by else 'n/a'}, vs B "
+                  f"{ratio(t.warm_rate, by['B'].warm_rate) if 'B' in by else 'n/a'}")
         print(f"  ceilings: kafka consume {consume_rate:,.0f} rec/s, "
               f"parquet write {parquet_rate:,.0f} rows/s")
         if restore_line:
