@@ -306,8 +306,9 @@ class Run:
     @property
     def warm_rate(self) -> float:
         """Records/s over the second half of the batches: the JVM warmed up. Each ``ttl
-        run`` starts its own JVM, whose JIT compiler still does a third of its CPU work in
-        the first batches; a stream that runs for hours is past that."""
+        run`` starts its own JVM, whose JIT compiler does more than a third of its CPU work
+        over a run of ten batches, most of it in the first ones; a stream that runs for
+        hours is past that."""
         half = len(self.durations) // 2
         busy = sum(self.durations[half:])
         return sum(self.sizes[half:]) / busy if busy else 0.0
