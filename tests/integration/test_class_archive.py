@@ -26,6 +26,13 @@ def test_a_local_session_maps_the_archive_that_setup_built(spark):
     assert str(path) in Path(f"/proc/{pid}/maps").read_text()      # mapped, not refused
 
 
+def test_a_local_session_runs_the_parallel_collector(spark):
+    """``ttl.spark.LOCAL_DRIVER_GC``, with the archive above mapped beside it."""
+    beans = spark.sparkContext._jvm.java.lang.management.ManagementFactory \
+        .getGarbageCollectorMXBeans()
+    assert sorted(bean.getName() for bean in beans) == ["PS MarkSweep", "PS Scavenge"]
+
+
 def test_an_archive_the_jvm_cannot_use_is_a_line_on_stderr_and_the_jvm_runs(tmp_path):
     """Another classpath (here: none) than the archive's: the JVM starts without it and
     says so on stderr; a command's stdout stays its own."""
