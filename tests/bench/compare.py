@@ -359,7 +359,9 @@ def run_ttl(conf_path: Path, records: int, label: str, broker_pid: int | None = 
     sizes = [b["records_in"] for b in batches]
     # A batch's publication overlaps the next batch (its ``duration_s`` leaves it out); the
     # last one overlaps nothing, so it counts: the run is done when the changelog has it.
-    if batches and "publish_wait" in batches[-1]["phases_s"]:
+    # (An older checkout's batch line, run through ``--ttl-bin``, may have no phases: its
+    # batches published inside their own duration.)
+    if batches and "publish_wait" in batches[-1].get("phases_s", {}):
         durations[-1] += batches[-1]["phases_s"].get("publish", 0.0)
     # From the first batch's line (its publication done) to the last one's: batches 1..N ran.
     cpu_window = cpu.window(lines[0][0], lines[-1][0]) if len(lines) > 2 else None
@@ -498,6 +500,10 @@ def main() -> None:
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--skip-restore", action="store_true")
     parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--ttl-bin", metavar="PATH", default=sb.TTL_BIN,
+                        help="the ttl command W1-W3 run (default: this venv's); e.g. a "
+                             "wrapper that runs another checkout, for a before/after in one "
+                             "sitting (W4's restore runs this checkout's code in-process)")
     parser.add_argument("--jfr", type=Path, metavar="DIR",
                         help="record ttl's JVM (Java Flight Recorder) into DIR and print where "
                              "its CPU goes (tests/bench/jvm_profile.py)")
@@ -506,6 +512,7 @@ def main() -> None:
         parser.error(f"--jfr: a directory without spaces, commas or quotes (it goes into a "
                      f"JVM option): {args.jfr.resolve()}")
 
+    sb.TTL_BIN = args.ttl_bin
     from ttl.app import App
     from ttl.restore import restore
     from ttl.spark import get_session
