@@ -29,9 +29,20 @@ LOG4J2 = CONF_DIR / "log4j2.properties"
 #: Measured (``tests.bench.compare --records 1000000``, alternated twice): W1 33.0k/35.7k ->
 #: 37.6k/40.5k records/s, W2 19.9k/18.6k -> 20.9k/20.2k, the JVM's CPU-seconds per 100k
 #: records 4.0-4.1 -> 3.4-3.6 (W1); a 60 s trickle's p99 2.64/3.31 s -> 2.68/2.77 s. A
-#: cluster driver (or one under spark-submit) keeps its JVM's default, and any collector
-#: named in ``spark.driver.extraJavaOptions`` wins (two would stop the JVM from starting).
+#: cluster driver (or one under spark-submit, or ``local-cluster``'s) keeps its JVM's
+#: default, and a collector named wherever the driver's JVM takes options from wins
+#: (``_collector_named``: two would stop the JVM from starting).
 LOCAL_DRIVER_GC = "-XX:+UseParallelGC"
+
+#: An option that chooses a collector (naming two stops the JVM from starting). Listed by
+#: name: ``-XX:+UseAdaptiveSizePolicyWithSystemGC`` and the like also end in ``GC`` and
+#: choose none.
+_COLLECTOR = re.compile(
+    r"-XX:\+Use(Serial|Parallel|ParallelOld|G1|Z|Shenandoah|Epsilon|ConcMarkSweep)GC\b")
+#: Where else a local driver's JVM takes options from: Spark's launcher puts
+#: ``SPARK_SUBMIT_OPTS`` on its command line, and the JVM reads the other three itself.
+_JAVA_OPTIONS_ENV = ("SPARK_SUBMIT_OPTS", "JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS",
+                     "_JAVA_OPTIONS")
 
 
 def read_spark_defaults(path: Path = SPARK_DEFAULTS) -> dict[str, str]:
@@ -50,6 +61,20 @@ def read_spark_defaults(path: Path = SPARK_DEFAULTS) -> dict[str, str]:
         key, _, value = line.partition(" ")
         settings[key] = value.strip()
     return settings
+
+
+def _collector_named(settings: dict[str, str]) -> bool:
+    """Whether the driver's JVM is told its collector already: in the session's driver
+    options (``extraJavaOptions``; ``defaultJavaOptions``, which Spark's launcher puts
+    before them, here or in ``$SPARK_CONF_DIR/spark-defaults.conf``) or in the environment
+    (``_JAVA_OPTIONS_ENV``)."""
+    conf_dir = os.environ.get("SPARK_CONF_DIR")
+    launcher = read_spark_defaults(Path(conf_dir) / "spark-defaults.conf") if conf_dir else {}
+    named = [settings.get("spark.driver.extraJavaOptions", ""),
+             settings.get("spark.driver.defaultJavaOptions", ""),
+             launcher.get("spark.driver.defaultJavaOptions", ""),
+             *(os.environ.get(name, "") for name in _JAVA_OPTIONS_ENV)]
+    return any(_COLLECTOR.search(options) for options in named)
 
 
 def session_settings(
@@ -78,7 +103,9 @@ def session_settings(
         archived = class_archive.java_options(settings)  # a local driver maps its classes
         if archived:
             settings[key] = f"{archived} {settings.get(key, '')}".strip()
-        if not re.search(r"-XX:\+Use\w*GC\b", settings.get(key, "")):
+        # Not for ``local-cluster``, whose executors are JVMs of their own.
+        if re.fullmatch(r"local(\[.*\])?", settings["spark.master"]) \
+                and not _collector_named(settings):
             settings[key] = f"{LOCAL_DRIVER_GC} {settings.get(key, '')}".strip()
     return settings
 

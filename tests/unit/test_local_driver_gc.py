@@ -1,39 +1,79 @@
-"""Which garbage collector a driver's JVM gets (``ttl.spark.session_settings``): pure logic."""
+"""Which garbage collector a driver's JVM gets (``ttl.spark.session_settings``): pure logic
+(no jar look-up, no class-data archive)."""
 
 from __future__ import annotations
 
+import pytest
+
 from ttl import spark as spark_settings
 from ttl.config import SparkConfig
+from ttl.deploy import class_archive
 
 GC = spark_settings.LOCAL_DRIVER_GC
+JARS = {"spark.jars": "/a.jar"}
 
 
-def _driver_options(**kwargs) -> list[str]:
-    return spark_settings.session_settings(**kwargs).get(
+@pytest.fixture(autouse=True)
+def _pure(monkeypatch):
+    monkeypatch.setattr(class_archive, "java_options", lambda settings: None)
+    for name in ("PYSPARK_GATEWAY_PORT", "SPARK_CONF_DIR", *spark_settings._JAVA_OPTIONS_ENV):
+        monkeypatch.delenv(name, raising=False)
+
+
+def _driver_options(conf: SparkConfig | None = None, **overrides: str) -> list[str]:
+    return spark_settings.session_settings(conf, {**JARS, **overrides}).get(
         "spark.driver.extraJavaOptions", "").split()
 
 
-def test_a_local_driver_runs_the_parallel_collector_once(monkeypatch):
-    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+def _profile(options: str) -> list[str]:
+    return _driver_options(**{"spark.driver.extraJavaOptions": options})
+
+
+def test_a_local_driver_runs_the_parallel_collector_once():
     assert GC == "-XX:+UseParallelGC"
     assert _driver_options().count(GC) == 1
-    assert _driver_options(overrides={"spark.driver.extraJavaOptions": "-Xss4m"}) \
-        .count(GC) == 1                                             # beside the profile's
-    assert GC not in spark_settings.session_settings().get(
+    assert _driver_options(SparkConfig(master="local[4]")).count(GC) == 1
+    assert _profile("-Xss4m").count(GC) == 1                        # beside the profile's
+    assert GC not in spark_settings.session_settings(overrides=JARS).get(
         "spark.executor.extraJavaOptions", "")
 
 
-def test_a_collector_the_profile_names_wins(monkeypatch):
+def test_a_collector_the_profile_names_wins():
     """Two collectors in one option list stop the JVM from starting."""
-    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
-    for chosen in ("-XX:+UseG1GC", "-XX:+UseZGC", "-XX:+UseSerialGC"):
-        options = _driver_options(
-            overrides={"spark.driver.extraJavaOptions": f"-Xss4m {chosen}"})
-        assert chosen in options and GC not in options
+    for chosen in ("-XX:+UseG1GC", "-XX:+UseZGC", "-XX:+UseSerialGC", "-XX:+UseShenandoahGC",
+                   "-XX:+UseEpsilonGC", "-XX:+UseParallelGC"):
+        options = _profile(f"-Xss4m {chosen}")
+        assert chosen in options and options.count(chosen) == 1
+        assert GC not in options or chosen == GC
+    # defaultJavaOptions: Spark's launcher puts them on the same command line.
+    options = _driver_options(**{"spark.driver.defaultJavaOptions": "-XX:+UseG1GC"})
+    assert GC not in options
 
 
-def test_a_cluster_or_submitted_driver_keeps_its_jvms_collector(monkeypatch):
-    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
-    assert GC not in _driver_options(conf=SparkConfig(master="spark://host:7077"))
+def test_options_that_only_end_in_gc_choose_no_collector():
+    for flag in ("-XX:+UseAdaptiveSizePolicyWithSystemGC", "-XX:+UseGCOverheadLimit",
+                 "-XX:+UseMaximumCompactionOnSystemGC", "-XX:+ExplicitGCInvokesConcurrent"):
+        assert _profile(flag).count(GC) == 1, flag
+    # Prepended, so a profile's later ``-XX:-UseParallelGC`` turns it off again.
+    options = _profile("-XX:-UseParallelGC")
+    assert options.index(GC) < options.index("-XX:-UseParallelGC")
+
+
+def test_a_collector_named_where_else_the_jvm_reads_options_wins(monkeypatch, tmp_path):
+    for name in spark_settings._JAVA_OPTIONS_ENV:
+        monkeypatch.setenv(name, "-Xss4m -XX:+UseG1GC")
+        assert GC not in _driver_options(), name
+        monkeypatch.setenv(name, "-Xss4m")
+        assert GC in _driver_options(), name
+        monkeypatch.delenv(name)
+    (tmp_path / "spark-defaults.conf").write_text(
+        "spark.driver.defaultJavaOptions  -XX:+UseZGC\n")
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    assert GC not in _driver_options()
+
+
+def test_a_cluster_submitted_or_local_cluster_driver_keeps_its_jvms_collector(monkeypatch):
+    assert GC not in _driver_options(SparkConfig(master="spark://host:7077"))
+    assert GC not in _driver_options(SparkConfig(master="local-cluster[2,1,1024]"))
     monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "1")                 # started by spark-submit
-    assert GC not in _driver_options(overrides={"spark.jars": "/a.jar"})
+    assert GC not in _driver_options()
