@@ -32,7 +32,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from ttl import delta_log
 from ttl.changelog import format as fmt
@@ -438,9 +438,21 @@ class Publisher:
     def _fenced_by(self, exc: KafkaException) -> bool:
         """A fatal error: a newer instance with our transactional id fenced this one (it
         can surface at produce, add-partitions or commit time); marks it ``fenced``."""
-        if exc.args and getattr(exc.args[0], "fatal", lambda: False)():
+        if fatal_error(exc):
             self.fenced = True
         return self.fenced
+
+
+def fatal_error(exc: KafkaException) -> bool:
+    """Whether ``exc`` says the producer can do nothing more: an error flagged fatal (the
+    transaction's add-partitions or commit answered that a newer instance fenced this one),
+    or ``produce()``'s own ``_FATAL`` ("Unable to produce message: Local: Fatal error"), which
+    it raises once the background thread has hit such an error first, and which is not
+    flagged fatal itself."""
+    err = exc.args[0] if exc.args else None
+    if not isinstance(err, KafkaError):
+        return False
+    return err.fatal() or err.code() in (KafkaError._FATAL, KafkaError._FENCED)
 
 
 #: What Delta says when a version's change data (or its commit) is gone.
