@@ -150,7 +150,8 @@ class PublisherFenced(TtlError):
     """Another publisher of this store started; this one must stop (it is a zombie)."""
 
     action = ("none if a newer job took over this store; otherwise find and stop the other "
-              "process publishing its changelog.")
+              "process publishing its changelog, and if there is none, the producer's own "
+              "fatal error is in the log above.")
 
 
 class RestoreError(TtlError):

@@ -8,6 +8,7 @@ cluster submits them with ``--jars``/``--packages``).
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import re
@@ -58,18 +59,32 @@ def read_spark_defaults(path: Path = SPARK_DEFAULTS) -> dict[str, str]:
         line = line.strip()
         if not line or line.startswith("#"):
             continue
-        key, _, value = line.partition(" ")
-        settings[key] = value.strip()
+        # A Java properties file: the key ends at the first blank, ``=`` or ``:``.
+        entry = re.match(r"([^\s=:]+)\s*[=:]?\s*(.*)", line)
+        if entry:
+            settings[entry.group(1)] = entry.group(2).strip()
     return settings
+
+
+def _launcher_conf_dir() -> Path:
+    """The configuration folder Spark's launcher reads: ``SPARK_CONF_DIR``, else
+    ``$SPARK_HOME/conf``, where PySpark's own package is the home when none is set."""
+    if os.environ.get("SPARK_CONF_DIR"):
+        return Path(os.environ["SPARK_CONF_DIR"])
+    home = os.environ.get("SPARK_HOME")
+    if not home:
+        spec = importlib.util.find_spec("pyspark")  # found, not imported
+        home = str(Path(spec.origin).parent) if spec and spec.origin else ""
+    return Path(home) / "conf"
 
 
 def _collector_named(settings: dict[str, str]) -> bool:
     """Whether the driver's JVM is told its collector already: in the session's driver
     options (``extraJavaOptions``; ``defaultJavaOptions``, which Spark's launcher puts
-    before them, here or in ``$SPARK_CONF_DIR/spark-defaults.conf``) or in the environment
-    (``_JAVA_OPTIONS_ENV``)."""
-    conf_dir = os.environ.get("SPARK_CONF_DIR")
-    launcher = read_spark_defaults(Path(conf_dir) / "spark-defaults.conf") if conf_dir else {}
+    before them, here or in its ``spark-defaults.conf``: ``_launcher_conf_dir``) or in the
+    environment (``_JAVA_OPTIONS_ENV``). The launcher's own ``extraJavaOptions`` are not
+    asked: the session's replace them."""
+    launcher = read_spark_defaults(_launcher_conf_dir() / "spark-defaults.conf")
     named = [settings.get("spark.driver.extraJavaOptions", ""),
              settings.get("spark.driver.defaultJavaOptions", ""),
              launcher.get("spark.driver.defaultJavaOptions", ""),

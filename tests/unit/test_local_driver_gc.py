@@ -16,7 +16,8 @@ JARS = {"spark.jars": "/a.jar"}
 @pytest.fixture(autouse=True)
 def _pure(monkeypatch):
     monkeypatch.setattr(class_archive, "java_options", lambda settings: None)
-    for name in ("PYSPARK_GATEWAY_PORT", "SPARK_CONF_DIR", *spark_settings._JAVA_OPTIONS_ENV):
+    for name in ("PYSPARK_GATEWAY_PORT", "SPARK_CONF_DIR", "SPARK_HOME",
+                 *spark_settings._JAVA_OPTIONS_ENV):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -70,6 +71,22 @@ def test_a_collector_named_where_else_the_jvm_reads_options_wins(monkeypatch, tm
         "spark.driver.defaultJavaOptions  -XX:+UseZGC\n")
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
     assert GC not in _driver_options()
+    monkeypatch.delenv("SPARK_CONF_DIR")
+    assert GC in _driver_options()
+    # No SPARK_CONF_DIR: the launcher reads $SPARK_HOME/conf (a properties file: ``=``).
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "spark-defaults.conf").write_text(
+        "# a Spark distribution's\nspark.driver.defaultJavaOptions=-XX:+UseG1GC\n")
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path))
+    assert GC not in _driver_options()
+
+
+def test_spark_defaults_are_read_as_a_properties_file(tmp_path):
+    path = tmp_path / "spark-defaults.conf"
+    path.write_text("# comment\nspark.a  1 2\nspark.b=x=y\nspark.c : file:/z\n"
+                    "spark.d\t-Da=b -Dc=d\n\n=odd\n")
+    assert spark_settings.read_spark_defaults(path) == {
+        "spark.a": "1 2", "spark.b": "x=y", "spark.c": "file:/z", "spark.d": "-Da=b -Dc=d"}
 
 
 def test_a_cluster_submitted_or_local_cluster_driver_keeps_its_jvms_collector(monkeypatch):

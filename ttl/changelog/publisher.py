@@ -278,11 +278,12 @@ class Publisher:
         try:
             self._publish_versions(start, end, result, runs)
         except PublisherFenced:
+            self.progress = committed  # at commit time: the transaction was not committed
             raise
         except KafkaException as exc:
             if self._fenced_by(exc):
                 self.progress = committed
-                raise PublisherFenced(f"publisher of {self.store} was fenced: {exc}") from exc
+                raise self._fenced_error(exc) from exc
             self._abort(committed)
             raise
         except Exception as exc:
@@ -354,7 +355,8 @@ class Publisher:
         self.progress = committed
         try:
             self.producer.abort_transaction(30)
-        except KafkaException:
+        except KafkaException as exc:
+            self._fenced_by(exc)  # a fatal error here too: ``close()`` then only drops it
             log.warning("could not abort the changelog transaction", exc_info=True)
 
     def _publish_versions(self, start: int, end: int, result: PublishResult,
@@ -432,7 +434,7 @@ class Publisher:
             self.producer.commit_transaction(self.conf.transaction_timeout / 1000)
         except KafkaException as exc:
             if self._fenced_by(exc):
-                raise PublisherFenced(f"publisher of {self.store} was fenced: {exc}") from exc
+                raise self._fenced_error(exc) from exc
             raise
 
     def _fenced_by(self, exc: KafkaException) -> bool:
@@ -441,6 +443,13 @@ class Publisher:
         if fatal_error(exc):
             self.fenced = True
         return self.fenced
+
+    def _fenced_error(self, exc: KafkaException) -> PublisherFenced:
+        # Fenced, as a rule; any other fatal producer error (say, an authorization failure
+        # of the transactional id) ends the publisher the same way, and librdkafka's log
+        # line on stderr names it.
+        return PublisherFenced(f"publisher of {self.store} was fenced or its producer hit "
+                               f"another fatal error: {exc}")
 
 
 def fatal_error(exc: KafkaException) -> bool:
