@@ -47,7 +47,8 @@ _JAVA_OPTIONS_ENV = ("SPARK_SUBMIT_OPTS", "JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS
 
 
 def read_spark_defaults(path: Path = SPARK_DEFAULTS) -> dict[str, str]:
-    """Parse a ``spark-defaults.conf`` (``key  value`` per line, ``#`` comments).
+    """Parse a ``spark-defaults.conf`` (``key  value`` per line, or ``key=value`` as in any
+    Java properties file; ``#`` comments).
 
     Under spark-submit the package may run from a shipped wheel without ``conf/``; the
     defaults then came with ``--properties-file`` already, so a missing file is no settings.
@@ -66,7 +67,7 @@ def read_spark_defaults(path: Path = SPARK_DEFAULTS) -> dict[str, str]:
     return settings
 
 
-def _launcher_conf_dir() -> Path:
+def _launcher_conf_dir() -> Path | None:
     """The configuration folder Spark's launcher reads: ``SPARK_CONF_DIR``, else
     ``$SPARK_HOME/conf``, where PySpark's own package is the home when none is set."""
     if os.environ.get("SPARK_CONF_DIR"):
@@ -75,7 +76,7 @@ def _launcher_conf_dir() -> Path:
     if not home:
         spec = importlib.util.find_spec("pyspark")  # found, not imported
         home = str(Path(spec.origin).parent) if spec and spec.origin else ""
-    return Path(home) / "conf"
+    return Path(home) / "conf" if home else None
 
 
 def _collector_named(settings: dict[str, str]) -> bool:
@@ -84,7 +85,8 @@ def _collector_named(settings: dict[str, str]) -> bool:
     before them, here or in its ``spark-defaults.conf``: ``_launcher_conf_dir``) or in the
     environment (``_JAVA_OPTIONS_ENV``). The launcher's own ``extraJavaOptions`` are not
     asked: the session's replace them."""
-    launcher = read_spark_defaults(_launcher_conf_dir() / "spark-defaults.conf")
+    conf_dir = _launcher_conf_dir()
+    launcher = read_spark_defaults(conf_dir / "spark-defaults.conf") if conf_dir else {}
     named = [settings.get("spark.driver.extraJavaOptions", ""),
              settings.get("spark.driver.defaultJavaOptions", ""),
              launcher.get("spark.driver.defaultJavaOptions", ""),
