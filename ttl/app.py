@@ -336,7 +336,8 @@ def alter(app: App, new_ttl: str, dry_run: bool) -> str:
         result = eviction.alter_ttl(store, ttl, dry_run=dry_run)
         head = "dry run: " if dry_run else ""
         text = (f"{head}TTL {result.old_ttl} ms -> {result.new_ttl} ms; entries the new TTL "
-                f"evicts now: {result.would_evict_now}")
+                f"evicts now: {result.would_evict_now}; entries already expired, which stay "
+                f"expired (the next sweep removes them): {result.stay_expired}")
         if not dry_run:
             text += (f"\nexpires_at recomputed in version {result.version}; set store.ttl = "
                      f"{new_ttl!r} in {app.conf.source}")

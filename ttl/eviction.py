@@ -171,14 +171,33 @@ def _store_ttl_expiry(ttl_ms: int | None):
 
 
 def would_evict(store, ttl_ms: int | None, at: int | None = None) -> int:
-    """How many entries a store TTL of ``ttl_ms`` would evict now (per-record TTLs kept)."""
+    """How many entries live now a store TTL of ``ttl_ms`` would evict now (per-record TTLs
+    kept). Entries already expired are not counted: they leave with the next sweep
+    whatever the TTL (``already_expired``)."""
     from pyspark.sql import functions as F
 
     at = store.now() if at is None else at
     new_expiry = (F.when(F.col("record_ttl").isNotNull(), F.col("expires_at"))
                   .otherwise(_store_ttl_expiry(ttl_ms)))
     return (store.spark.read.format("delta").load(store.path)
-            .where(new_expiry.isNotNull() & (new_expiry <= F.lit(at))).count())
+            .where(_live_at(at) & new_expiry.isNotNull() & (new_expiry <= F.lit(at)))
+            .count())
+
+
+def already_expired(store, at: int | None = None) -> int:
+    """How many entries are expired at ``at`` but not yet swept: a TTL change leaves them
+    expired (``alter_ttl``)."""
+
+    at = store.now() if at is None else at
+    return (store.spark.read.format("delta").load(store.path)
+            .where(~_live_at(at)).count())
+
+
+def _live_at(at: int):
+    """Live at clock ``at``: no expiry, or one after ``at`` (reads hide the rest)."""
+    from pyspark.sql import functions as F
+
+    return F.col("expires_at").isNull() | (F.col("expires_at") > F.lit(at))
 
 
 @dataclass
@@ -188,29 +207,38 @@ class AlterResult:
     would_evict_now: int
     dry_run: bool
     version: int | None = None
+    stay_expired: int = 0  # expired before the change: left expired, for the next sweep
 
 
-def alter_ttl(store, new_ttl: int | None, *, dry_run: bool = False) -> AlterResult:
+def alter_ttl(store, new_ttl: int | None, *, dry_run: bool = False,
+              at: int | None = None) -> AlterResult:
     """Recompute ``expires_at`` for the store TTL in one commit, then record the new TTL.
 
-    The data change is one UPDATE commit (published like any change); the table property
-    follows it. If the process dies in between, running the same command again finishes it
-    (the UPDATE is idempotent).
+    Only entries live at the change (``at``, default the store's clock now) are recomputed:
+    an entry already expired stays expired, even under a longer TTL, and leaves with the
+    next sweep. Recomputing it would resurrect it (reads would return it again and the
+    changelog would publish it as a put), though every reader has seen it gone. The data
+    change is one UPDATE commit (published like any change); the table property follows
+    it. If the process dies in between, running the same command again finishes it (the
+    UPDATE is idempotent).
     """
     raw = store.properties.get(PROP_TTL)
     old = None if raw in (None, "none") else int(raw)
-    result = AlterResult(old, new_ttl, would_evict(store, new_ttl), dry_run)
+    at = store.now() if at is None else at
+    result = AlterResult(old, new_ttl, would_evict(store, new_ttl, at), dry_run,
+                         stay_expired=already_expired(store, at))
     if dry_run:
         return result
     meta = {"op": OP_ALTER, "store": store.conf.name, "ttl": new_ttl, "previous_ttl": old,
-            "stream_time": store.stream_time.value}
+            "stream_time": store.stream_time.value, "at": at}
 
     def update() -> None:
         from delta.tables import DeltaTable
 
         with commit.commit_settings(store.spark, meta):
             DeltaTable.forPath(store.spark, store.path).update(
-                "record_ttl IS NULL", {"expires_at": _store_ttl_expiry(new_ttl)})
+                f"record_ttl IS NULL AND (expires_at IS NULL OR expires_at > {int(at)})",
+                {"expires_at": _store_ttl_expiry(new_ttl)})
 
     retrying(update, what="TTL change")
     set_properties(store.spark, store.path, {PROP_TTL: ttl_property(new_ttl)})

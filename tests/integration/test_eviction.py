@@ -317,3 +317,33 @@ def test_priming_the_floor_lets_a_new_runs_first_sweep_skip_without_reading_the_
     assert eviction.sweep(reopened, "wall", NOW + 1_000).nothing_due == NOW + 60_000
     empty = make_store(spark, table_path + "-empty", ttl=60_000)
     assert eviction.prime_expiry_floor(empty) == NEVER  # nothing expires
+
+
+def test_alter_leaves_an_expired_entry_expired_and_publishes_nothing_for_it(
+        spark, kafka, table_path):
+    """A longer TTL must not resurrect an entry already expired but not yet swept: reads
+    keep hiding it, the changelog gets no put for it, and the next sweep removes it."""
+    name = f"alter-exp-{uuid.uuid4().hex[:8]}"
+    conf = from_dict({"store": {"name": "ev", "path": table_path, "ttl": "20s"},
+                      "kafka": {"bootstrap_servers": kafka.bootstrap_servers,
+                                "input_topic": "x", "changelog_topic": name},
+                      "stream": {"checkpoint": "unused"}})
+    topic.create(clients(conf, kafka), conf.changelog)
+    store = make_store(spark, table_path, ttl=20_000, wall=FixedClock(NOW - 10_000))
+    store.apply_records(recs((b"gone", b"old", NOW - 25_000), (b"live", b"v", NOW - 5_000)))
+    assert store.get(b"gone") == b"old"  # live when written, expired at NOW
+    runtime = App(conf, spark=spark, wall_clock=FixedClock(NOW))
+    preview = app.alter(runtime, "1h", dry_run=True)
+    assert "evicts now: 0; entries already expired, which stay expired" in preview, preview
+    assert preview.rstrip().endswith(": 1"), preview
+    text = app.alter(runtime, "1h", dry_run=False)
+    assert "changelog: published 3 records" in text, text  # 2 puts, then live's new expiry
+    reopened = DeltaStore(spark, StoreConfig(name="ev", path=table_path, ttl=3_600_000),
+                          wall_clock=FixedClock(NOW))
+    assert reopened.get(b"gone") is None and reopened.get(b"live") == b"v"
+    rows = store.entries(at=-(2**63))
+    assert rows[b"gone"].expires_at == NOW - 5_000  # untouched: still expired
+    assert rows[b"live"].expires_at == NOW - 5_000 + 3_600_000
+    msgs = consume_all(kafka.bootstrap_servers, name, 3)
+    assert [m.key() for m in msgs].count(b"gone") == 1  # its original put only
+    assert eviction.sweep(reopened, "wall", NOW).evicted == 1
