@@ -105,6 +105,9 @@ def replay(conf: Config, kafka: KafkaClients, reason: str, *, key: bytes | None 
     if DeltaTable.is_deltatable(_replayed_path(conf)):
         done = {(r["source_partition"], r["source_offset"], r["rejected_at"])
                 for r in _query(conf, "SELECT * FROM replayed").to_pylist()}
+    # The producer's partitioner is the one every producer of the input uses (murmur2,
+    # ``KafkaClients.producer``): a replayed record lands in its key's partition, behind
+    # the key's earlier records and ahead of its later ones.
     producer = kafka.producer(**{"acks": "all", "enable.idempotence": True})
     delivered: list[dict] = []
     errors: list[str] = []

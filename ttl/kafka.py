@@ -25,6 +25,11 @@ JAAS_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModul
 #: librdkafka log level of our clients: errors only (a closed connection is not news).
 QUIET = 3
 
+#: The partitioner of every producer: the Java client's murmur2 (``murmur2_random``: a
+#: random partition for a null key). librdkafka's default (CRC32) puts most keys in another
+#: partition than the Java client, Kafka Streams and Spark's Kafka sink do.
+PARTITIONER = "murmur2_random"
+
 
 def jaas_quote(value: str) -> str:
     """A JAAS option value in double quotes (backslash and quote escaped)."""
@@ -102,9 +107,17 @@ class KafkaClients:
                          "log_level": QUIET, **settings})
 
     def producer(self, **settings):
+        """A producer partitioning by the Java client's murmur2 (``PARTITIONER``) unless
+        ``settings`` name another ``partitioner``.
+
+        One partitioner for every producer, because a key's order holds only within one
+        partition: a record of a key produced with another partitioner than the key's
+        other records (a dead letter replayed with librdkafka's CRC32, say) lands in
+        another input partition, and an old value can then overwrite a newer one."""
         from confluent_kafka import Producer
 
-        return Producer({**self.client_config(), "log_level": QUIET, **settings})
+        return Producer({**self.client_config(), "log_level": QUIET,
+                         "partitioner": PARTITIONER, **settings})
 
     # -- questions to the brokers ------------------------------------------------------------
 

@@ -57,7 +57,7 @@ def produce(kafka: KafkaClients, spec: SampleSpec, *, clock: Clock | None = None
     clock = clock or WallClock()
     rng = random.Random(spec.seed)
     topic = kafka.conf.input_topic
-    producer = kafka.producer(**{"partitioner": "murmur2_random", "linger.ms": 10})
+    producer = kafka.producer(**{"linger.ms": 10})
     started = time.monotonic()
     sent = 0
     for i in range(spec.records):

@@ -1,0 +1,97 @@
+"""Dead letters replayed on a real broker: a replayed record lands in its key's partition."""
+
+from __future__ import annotations
+
+import zlib
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from tests.support import clients, consume_all
+from ttl import config, dead_letters
+from ttl.store.layout import headers_arrow_type
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 6
+NOW = 1_700_000_000_000
+
+
+def java_murmur2(data: bytes) -> int:
+    """Kafka's ``Utils.murmur2`` (the Java client's default partitioner), as an unsigned
+    32-bit value."""
+    m, mask = 0x5BD1E995, 0xFFFFFFFF
+    h = (0x9747B28C ^ len(data)) & mask
+    whole = len(data) // 4 * 4
+    for i in range(0, whole, 4):
+        k = int.from_bytes(data[i:i + 4], "little")
+        k = (k * m) & mask
+        k ^= k >> 24
+        k = (k * m) & mask
+        h = ((h * m) & mask) ^ k
+    tail = data[whole:]
+    if len(tail) == 3:
+        h ^= tail[2] << 16
+    if len(tail) >= 2:
+        h ^= tail[1] << 8
+    if tail:
+        h ^= tail[0]
+        h = (h * m) & mask
+    h ^= h >> 13
+    h = (h * m) & mask
+    return h ^ (h >> 15)
+
+
+def java_partition(key: bytes, partitions: int) -> int:
+    """The partition the Java client's default partitioner gives a key."""
+    return (java_murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+def test_the_reference_murmur2_is_kafkas():
+    """Kafka's own test vectors (``UtilsTest.testMurmur2``), as signed Java ints."""
+    vectors = {b"21": -973932308, b"foobar": -790332482,
+               b"a-little-bit-long-string": -985981536,
+               b"a-little-bit-longer-string": -1486304829,
+               b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
+               b"abc": 479470107}
+    for key, signed in vectors.items():
+        assert java_murmur2(key) == signed & 0xFFFFFFFF, key
+
+
+def test_a_replayed_dead_letter_lands_in_its_keys_murmur2_partition(kafka, topic_factory,
+                                                                     tmp_path):
+    """Issue 31, scenario 5: replay used librdkafka's default partitioner (CRC32), so a
+    replayed record went to another input partition than its key's later records (the Java
+    client's murmur2, which every other producer uses) and could overwrite a newer value.
+    The key is chosen so that the two partitioners disagree."""
+    key = next(k for k in (f"key-{i}".encode() for i in range(1000))
+               if java_partition(k, PARTITIONS) != zlib.crc32(k) % PARTITIONS)
+    expected = java_partition(key, PARTITIONS)
+    topic = topic_factory("replay-in", partitions=PARTITIONS)
+    conf = config.from_dict({
+        "store": {"name": "replay", "path": str(tmp_path / "store")},
+        "kafka": {"bootstrap_servers": kafka.bootstrap_servers, "input_topic": topic,
+                  "changelog_topic": f"{topic}-cl"},
+        "stream": {"checkpoint": str(tmp_path / "checkpoint")},
+    })
+    schema = pa.schema([
+        ("key", pa.binary()), ("value", pa.binary()), ("timestamp", pa.int64()),
+        ("headers", headers_arrow_type()), ("source_partition", pa.int32()),
+        ("source_offset", pa.int64()), pa.field("reason", pa.string(), nullable=False),
+        ("detail", pa.string()), pa.field("rejected_at", pa.int64(), nullable=False)])
+    write_deltalake(conf.store.dead_letters, pa.Table.from_pylist([{
+        "key": key, "value": b"old", "timestamp": NOW, "headers": [{"key": "h", "value": b"1"}],
+        "source_partition": 0, "source_offset": 7, "reason": "value_too_large",
+        "detail": "test", "rejected_at": NOW}], schema))
+
+    result = dead_letters.replay(conf, clients(conf, kafka), "value_too_large", wall_ms=NOW)
+
+    assert result.replayed == 1, result
+    (msg,) = consume_all(kafka.bootstrap_servers, topic, 1)
+    assert (msg.key(), msg.value()) == (key, b"old")
+    assert msg.partition() == expected, (
+        f"replayed into partition {msg.partition()}, the key's murmur2 partition is "
+        f"{expected} (CRC32 gives {zlib.crc32(key) % PARTITIONS})")
+    recorded = DeltaTable(dead_letters._replayed_path(conf)).to_pyarrow_table().to_pylist()
+    assert [r["input_partition"] for r in recorded] == [expected]
