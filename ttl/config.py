@@ -5,7 +5,7 @@ Validation is pydantic's (unknown keys and wrong types are errors); a failure be
 in the file: settings ending in ``_env`` name an environment variable instead.
 
 Durations are written as ``"250ms"``, ``"30s"``, ``"5m"``, ``"2h"``, ``"7d"`` or a plain
-integer of milliseconds.
+integer of milliseconds, at most ``MAX_DURATION_MS``.
 """
 
 from __future__ import annotations
@@ -38,18 +38,36 @@ CONF_DIR = REPO_ROOT / "conf"
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
 
+#: The longest duration any setting (or ``--ttl``) takes: 2^47 ms, about 4,460 years.
+#: Every duration is added to a clock somewhere: to epoch milliseconds held in int64 (an
+#: expiry ``ts + ttl``, a lease's end, ``now + max_future``) and to Python datetimes, which
+#: end at the year 9999 (the scheduler's next run, ``now + interval``). A longer one used to
+#: be accepted and then fail every batch (``OverflowError``); 2^47 ms keeps both sums far
+#: inside their range (now + 2^47 ms is about the year 6500) and exceeds any real TTL or
+#: interval. An entry that should never expire has no TTL (``store.ttl`` unset).
+MAX_DURATION_MS = 2**47
+
 
 def parse_duration_ms(raw: Any) -> int:
-    """Parse ``"30s"``-style durations (or integer ms) to milliseconds."""
+    """Parse ``"30s"``-style durations (or integer ms) to milliseconds; one longer than
+    ``MAX_DURATION_MS`` is refused (a ``ValueError``, which names the setting at load)."""
     if isinstance(raw, bool):
         raise ValueError("a duration must be a number of ms or a string like '30s'")
+    ms: int | None = None
     if isinstance(raw, int):
-        return raw
-    if isinstance(raw, str):
+        ms = raw
+    elif isinstance(raw, str):
         match = _DURATION.match(raw)
         if match:
-            return int(match.group(1)) * _UNITS_MS[match.group(2)]
-    raise ValueError(f"{raw!r} is not a duration (use e.g. '500ms', '30s', '5m', '2h', '7d')")
+            ms = int(match.group(1)) * _UNITS_MS[match.group(2)]
+    if ms is None:
+        raise ValueError(f"{raw!r} is not a duration (use e.g. '500ms', '30s', '5m', '2h', "
+                         "'7d')")
+    if ms > MAX_DURATION_MS:
+        raise ValueError(f"{raw!r} is longer than the longest duration, {MAX_DURATION_MS} ms "
+                         "(about 4,460 years); for entries that never expire leave the TTL "
+                         "unset")
+    return ms
 
 
 def absolute_location(raw: Any) -> Any:

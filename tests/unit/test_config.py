@@ -134,3 +134,29 @@ def test_a_missing_secret_variable_is_named(monkeypatch):
 def test_plaintext_kafka_has_no_security_options():
     options = KafkaClients(config.from_dict(MINIMAL).kafka, "h:1").spark_options()
     assert options == {"kafka.bootstrap.servers": "h:1"}
+
+
+@pytest.mark.parametrize(("section", "setting", "raw"), [
+    ("store", "ttl", "200000000000000d"),                # the issue's: every batch overflowed
+    ("store", "max_future", 2**63),                      # integer ms past int64
+    ("eviction", "interval", f"{2**47 // 86_400_000 + 1}d"),
+    ("maintenance", "vacuum_retention", "9223372036854775807ms"),
+    ("changelog", "delete_retention", 2**47 + 1),
+])
+def test_a_duration_longer_than_the_longest_is_refused_at_load_naming_the_setting(
+        section, setting, raw):
+    """Issue 31, scenario 8: a duration past int64 (or one that overflows once added to a
+    clock) was accepted and failed every batch with an OverflowError."""
+    base = MINIMAL.get(section, {})
+    raw_conf = {**MINIMAL, section: {**base, setting: raw}}
+    with pytest.raises(ConfigError, match=rf"x\.toml: invalid setting {section}\.{setting}: "
+                       r".*longer than the longest duration, 140737488355328 ms"):
+        config.from_dict(raw_conf, source="x.toml")
+
+
+def test_the_longest_duration_itself_is_taken():
+    assert parse_duration_ms(config.MAX_DURATION_MS) == 2**47
+    conf = config.from_dict({**MINIMAL, "store": {**MINIMAL["store"], "ttl": 2**47}})
+    assert conf.store.ttl == 2**47
+    with pytest.raises(ValueError, match="longer than the longest duration"):
+        parse_duration_ms(f"{2**47 + 1}ms")
