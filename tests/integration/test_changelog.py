@@ -465,3 +465,34 @@ def test_vacuum_is_guarded_by_the_publishers_measured_position(spark, table_path
     store.wall_clock.set(int(time.time() * 1000))
     eviction.vacuum(store, 3_600_000, 0, published=latest - 1)       # young enough: runs
     assert delta_log.latest_commit(spark, table_path).operation == "VACUUM END"
+
+
+def test_a_null_header_written_by_an_operators_sql_is_left_out_not_fatal(
+        spark, kafka, kconf, table_path, caplog):
+    """Issue 31, scenario 8: an operator's UPDATE writes a null element and a header with a
+    null key into a stored entry's headers. Publication and a re-seed used to fail on it
+    (ValueError) for good; now they publish the entry without those two headers, keep a
+    header with a null value (Kafka's own), and warn naming the key and version."""
+    store = make_store(spark, table_path)
+    store.apply_records([InputRecord(b"a", b"a1", NOW, (("h", b"1"),), 0, 0),
+                         InputRecord(b"b", b"b1", NOW, (), 0, 1)])
+    header = "STRUCT<key: STRING, value: BINARY>"
+    retrying(lambda: spark.sql(
+        f"UPDATE delta.`{table_path}` SET headers = array(named_struct('key', 'h', 'value', "
+        f"X'31'), CAST(NULL AS {header}), named_struct('key', CAST(NULL AS STRING), "
+        "'value', X'78'), named_struct('key', 'n', 'value', CAST(NULL AS BINARY))) "
+        "WHERE key = X'61'"))
+    pub = publisher(spark, store, kconf, kafka)
+    with caplog.at_level("WARNING", logger="ttl.changelog.format"):
+        assert (pub.publish().puts, pub.reseed().puts) == (3, 2)
+    pub.close()
+    msgs = read_changelog(kafka, kconf, 5)
+    a_puts = [m for m in msgs if m.key() == b"a"]
+    assert [user(m) for m in a_puts] == [[("h", b"1")], [("h", b"1"), ("n", None)],
+                                         [("h", b"1"), ("n", None)]]
+    versions = [engine(m)["ttl.version"].decode() for m in a_puts]
+    assert versions[:2] == ["1", "2"]
+    warned = [r.getMessage() for r in caplog.records if "leave out headers" in r.getMessage()]
+    assert [w.split(":")[0] for w in warned] == [f"changelog version {v}" for v in
+                                                 versions[1:]], warned
+    assert all(w.endswith("keys (headers left out): b'a' (2)") for w in warned), warned

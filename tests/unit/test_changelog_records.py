@@ -4,7 +4,6 @@ records ``format.put``/``format.tombstone`` write down for each row."""
 from __future__ import annotations
 
 import pyarrow as pa
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -78,11 +77,47 @@ def test_a_put_carries_user_headers_then_the_engine_headers():
                                  ("ttl.stream-time", b"none"), ("ttl.clock", b"stream")])
 
 
-def test_a_null_header_element_fails_the_publication_loudly():
-    """The engine never writes one, but another writer of the table could: no record is
-    made up for it."""
+def test_a_null_header_element_or_name_is_left_out_with_a_warning_naming_key_and_version(
+        caplog):
+    """Issue 31, scenario 8: the engine never writes a null header element or a null header
+    key, but an operator's SQL can; it failed every publication (a bare ValueError). Such a
+    header is left out, with a warning naming the key and the version; a header with a null
+    value is Kafka's own and stays, and so do the other rows' headers."""
     batch = pa.RecordBatch.from_pylist([
-        {"key": b"a", "present": True, "value": b"v", "ts": 5, "headers": [None],
-         "record_ttl": None}], schema=ROWS_SCHEMA)
-    with pytest.raises(ValueError, match="null header"):
-        list(fmt.records(batch, 1, None, lambda key: ("delete", None)))
+        {"key": b"before", "present": True, "value": b"v", "ts": 5,
+         "headers": [{"key": "a", "value": b"1"}], "record_ttl": None},
+        {"key": b"odd", "present": True, "value": b"v", "ts": 5,
+         "headers": [{"key": "h", "value": b"1"}, None, {"key": None, "value": b"x"},
+                     {"key": "n", "value": None}], "record_ttl": None},
+        {"key": b"gone", "present": False, "value": None, "ts": None,
+         "headers": [None], "record_ttl": None},
+        {"key": b"after", "present": True, "value": b"w", "ts": 6,
+         "headers": None, "record_ttl": None},
+        {"key": b"last", "present": True, "value": b"u", "ts": 7,
+         "headers": [{"key": "z", "value": None}], "record_ttl": None},
+    ], schema=ROWS_SCHEMA)
+    for rows in (batch, batch.slice(1)):  # a slice (one version's run) too
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="ttl.changelog.format"):
+            got = {key: headers for key, _, headers in
+                   fmt.records(rows, 9, None, lambda key: ("delete", None))}
+        engine = [("ttl.op", b"put"), ("ttl.version", b"9"), ("ttl.stream-time", b"none")]
+        assert got[b"odd"] == [("h", b"1"), ("n", None), ("ttl.ts", b"5"), *engine]
+        assert got[b"after"] == [("ttl.ts", b"6"), *engine]
+        assert got[b"last"] == [("z", None), ("ttl.ts", b"7"), *engine]
+        assert got[b"gone"] == [("ttl.op", b"delete"), ("ttl.version", b"9"),
+                                ("ttl.stream-time", b"none")]
+        warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert len(warnings) == 1, warnings
+        assert warnings[0].startswith("changelog version 9: 1 puts leave out headers")
+        assert "b'odd' (2)" in warnings[0] and "gone" not in warnings[0], warnings[0]
+
+
+def test_rows_without_unpublishable_headers_warn_nothing(caplog):
+    batch = pa.RecordBatch.from_pylist([
+        {"key": b"a", "present": True, "value": b"v", "ts": 5,
+         "headers": [{"key": "n", "value": None}], "record_ttl": None}], schema=ROWS_SCHEMA)
+    with caplog.at_level("WARNING", logger="ttl.changelog.format"):
+        assert list(fmt.records(batch, 1, None, lambda key: ("delete", None)))[0][2][0] == \
+            ("n", None)
+    assert not caplog.records

@@ -26,6 +26,8 @@ Engine header values are ASCII decimals. Record timestamps are the broker's
 
 from __future__ import annotations
 
+import logging
+from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
@@ -40,7 +42,12 @@ from ttl.names import HEADER_VERSION as VERSION
 from ttl.names import PROP_VERSION_OFFSET
 from ttl.record import Headers
 
+log = logging.getLogger(__name__)
+
 Op = Literal["put", "delete", "expire"]
+
+#: Keys named in the warning about headers a record cannot carry (the count says the rest).
+NAMED_KEYS = 10
 
 
 def version_offset(properties: dict[str, str]) -> int:
@@ -106,13 +113,19 @@ def records(rows, version: int, stream_time: int | None, removal: Removal) -> It
     ``headers`` and ``record_ttl``. The records equal ``put``/``tombstone``'s, but are
     built a column at a time: building each one from a row dict was half the publisher's
     time (a 100k-record batch: 0.5 s of 1.1 s).
+
+    A header a record cannot carry (a null element of the headers list, or a null header
+    key) is left out, with a warning naming the keys and the version. The engine never
+    writes one, but an operator's SQL can; failing on it failed every publication and
+    every ``--reseed`` after it, and a null element holds nothing while Kafka has no header
+    without a name. A header with a null *value* is Kafka's own and is published as such.
     """
     keys = rows.column("key").to_pylist()
     present = rows.column("present").to_pylist()
     values = rows.column("value").to_pylist()
     ts = _decimals(rows.column("ts"))
     ttls = _decimals(rows.column("record_ttl"))
-    user = _user_headers(rows.column("headers"))
+    user, dropped = _user_headers(rows.column("headers"))
     at = (VERSION, _num(version))
     st = (STREAM_TIME, _num(stream_time))
     for i, key in enumerate(keys):
@@ -123,6 +136,18 @@ def records(rows, version: int, stream_time: int | None, removal: Removal) -> It
         else:
             op, clock = removal(key)
             yield key, None, _tombstone_headers(op, at, st, clock)
+    _warn_dropped([(keys[i], n) for i, n in dropped.items() if present[i]], version)
+
+
+def _warn_dropped(dropped: list[tuple[bytes, int]], version: int) -> None:
+    if not dropped:
+        return
+    named = ", ".join(f"{key!r} ({n})" for key, n in dropped[:NAMED_KEYS])
+    more = f" and {len(dropped) - NAMED_KEYS} more" if len(dropped) > NAMED_KEYS else ""
+    log.warning("changelog version %s: %d puts leave out headers their store rows hold but "
+                "a Kafka record cannot carry (a null element of the headers list or a null "
+                "header key, which only another writer of the table makes); keys (headers "
+                "left out): %s%s", version, len(dropped), named, more)
 
 
 def _decimals(column) -> list[bytes | None]:
@@ -132,22 +157,38 @@ def _decimals(column) -> list[bytes | None]:
     return column.cast(pa.string()).cast(pa.binary()).to_pylist()
 
 
-def _user_headers(column) -> Callable[[int], list]:
+def _user_headers(column) -> tuple[Callable[[int], list], dict[int, int]]:
     """Row ``i``'s headers (a list column of ``key``/``value`` structs) as a new list of
-    ``(key, value)`` pairs; a null list is no headers."""
+    ``(key, value)`` pairs (a null list is no headers), and per row how many headers were
+    left out: a null element or a null key, which no Kafka record carries (``records``)."""
     offsets = column.offsets.to_pylist()  # into ``values``, which ignores a slice's offset
     base = offsets[0]
     values = column.values.slice(base, offsets[-1] - base)  # only this slice's headers
-    if values.null_count:  # the engine never writes one; another writer of the table might
-        raise ValueError("a row of the store's change feed has a null header (an element "
-                         "of its headers list); a changelog record cannot carry it")
-    pairs = list(zip(values.field("key").to_pylist(), values.field("value").to_pylist(),
-                     strict=True))
+    # flatten(): a null element's fields are null too (``field()`` gives what its slots
+    # hold, an empty name).
+    fields = dict(zip((f.name for f in values.type), values.flatten(), strict=True))
+    names = fields["key"]
+    pairs = list(zip(names.to_pylist(), fields["value"].to_pylist(), strict=True))
     offsets = [o - base for o in offsets]
-    if column.null_count:
-        valid = column.is_valid().to_pylist()
-        return lambda i: pairs[offsets[i]:offsets[i + 1]] if valid[i] else []
-    return lambda i: pairs[offsets[i]:offsets[i + 1]]
+    valid = column.is_valid().to_pylist() if column.null_count else None
+    dropped: dict[int, int] = {}
+    if names.null_count:  # rare: only another writer of the table makes one
+        for j, (name, _) in enumerate(pairs):
+            row = bisect_right(offsets, j) - 1
+            if name is None and (valid is None or valid[row]):
+                dropped[row] = dropped.get(row, 0) + 1
+
+    if dropped:
+        def kept(i: int) -> list:
+            if valid is not None and not valid[i]:
+                return []
+            own = pairs[offsets[i]:offsets[i + 1]]
+            return [p for p in own if p[0] is not None] if i in dropped else own
+
+        return kept, dropped
+    if valid is not None:
+        return (lambda i: pairs[offsets[i]:offsets[i + 1]] if valid[i] else []), dropped
+    return (lambda i: pairs[offsets[i]:offsets[i + 1]]), dropped
 
 
 def split_headers(headers: Headers) -> tuple[Headers, dict[str, bytes | None]]:
