@@ -60,38 +60,69 @@ class App:
             self._spark = get_session(self.conf.spark)
         return self._spark
 
-    def store(self, *, check_ttl: bool = True):
-        """The store (``check_ttl=False``: opened under the table's own TTL, for ``alter``)."""
+    def store(self, *, check_ttl: bool = True, create: bool = False):
+        """The store (``check_ttl=False``: opened under the table's own TTL, for ``alter``).
+
+        Its table is created only with ``create`` (``ttl run``), and then only while the
+        changelog has no progress (a new store): a missing table under a changelog that
+        has some was lost, and an empty one in its place would stand for the store. Every
+        other command refuses a missing table (``StoreMissing``, naming the action);
+        ``ttl restore`` makes its table itself."""
         if check_ttl not in self._stores:
+            from ttl import delta_log
             from ttl.store import DeltaStore
 
             # Kafka first: an unreachable broker fails in seconds, before Spark starts.
-            published = self._changelog_stream_time() if self.kafka_reachable else None
+            progress, unreadable = self._changelog_progress()
+            if not delta_log.is_delta_table(self.spark, self.conf.store.path):
+                self._refuse_a_new_table(create, progress, unreadable)
             store = DeltaStore(self.spark, self.conf.store, clock=self.conf.eviction.clock,
-                               wall_clock=self.wall_clock, check_ttl=check_ttl)
+                               wall_clock=self.wall_clock, check_ttl=check_ttl, create=create)
             if store.properties.get(PROP_RESEED_REQUIRED) != "true":  # else: another timeline
-                store.stream_time.advance(published)
+                store.stream_time.advance(progress.stream_time if progress else None)
             self._stores[check_ttl] = store
         return self._stores[check_ttl]
 
-    def _changelog_stream_time(self) -> int | None:
-        """The changelog's progress's stream time, which the store's is raised to. The
-        table's log recovers it only from commits it still holds; its retention drops old
-        ones. Every version is either published (the progress's stream time covers it) or
-        not yet (then its commit is still in the log: the publisher needs it), so the two
-        together never lose stream time."""
+    def _refuse_a_new_table(self, create: bool, progress, unreadable: Exception | None) -> None:
+        """Raise ``StoreMissing`` unless a new table may be created at the store's path."""
+        from ttl.errors import StoreMissing
+
+        where = f"store {self.conf.store.name}: there is no store table at {self.conf.store.path}"
+        if not create:
+            raise StoreMissing(where)
+        if unreadable is not None:
+            raise StoreMissing(f"{where}, and the changelog's progress could not be read "
+                               f"({unreadable}), so whether the store had a table (and lost "
+                               "it) is unknown; nothing was created")
+        if progress is not None and progress.version >= 0:
+            raise StoreMissing(
+                f"{where}, but its changelog {self.conf.kafka.changelog_topic} holds versions "
+                f"up to {progress.version}: the table was lost or moved, and a new empty one "
+                "would stand for it; nothing was created. Operator action: rebuild it with "
+                "`ttl restore --conf PROFILE` (or fix store.path)")
+
+    def _changelog_progress(self):
+        """The changelog's progress (``None``: no progress topic, or brokers this command
+        cannot reach) and, when it could not be read, why.
+
+        Its stream time is what the store's is raised to: the table's log recovers it only
+        from commits it still holds, and its retention drops old ones. Every version is
+        either published (the progress's stream time covers it) or not yet (then its commit
+        is still in the log: the publisher needs it), so the two together never lose
+        stream time."""
         from ttl.changelog.publisher import published_progress
         from ttl.errors import ProgressUnreadable
         from ttl.names import progress_topic
 
+        if not self.kafka_reachable:
+            return None, None
         self.check_kafka()
         try:
-            progress = published_progress(self.kafka, progress_topic(
-                self.conf.kafka.changelog_topic))
+            return published_progress(self.kafka, progress_topic(
+                self.conf.kafka.changelog_topic)), None
         except ProgressUnreadable as exc:
             log.warning("stream time from the table's log only: %s", exc)
-            return None
-        return progress.stream_time if progress is not None else None
+            return None, exc
 
     def lease(self, **kwargs) -> Lease:
         return Lease(self.spark, self.conf.store.path, **kwargs)
@@ -248,7 +279,7 @@ def run(conf: Config, *, available_now: bool = False, demo_seconds: int | None =
         with startup.phase("spark"):
             app.spark  # noqa: B018 - starts the session
         with startup.phase("store"):
-            store = app.store()
+            store = app.store(create=True)  # a new store's table; never a lost one's
         with startup.phase("lease"):
             lease = app.lease(duration_ms=conf.eviction.lease,
                               holder=f"stream:{conf.store.name}")
@@ -533,17 +564,16 @@ def _publish_before_restore(app: App) -> None:
     """Versions the table committed but never published would be lost by a restore (the
     input offsets move past them): publish them first, or refuse."""
     from ttl import delta_log
-    from ttl.changelog.publisher import published_progress
+    from ttl.changelog import continuity
+    from ttl.changelog.publisher import published_progress, table_at_path
     from ttl.errors import RestoreError
     from ttl.names import progress_topic
 
     path = app.conf.store.path
     if not delta_log.is_delta_table(app.spark, path):
         return  # the table is gone (the disaster): nothing of it can be published
-    from ttl.changelog.format import version_offset
-
-    latest = delta_log.latest_version(app.spark, path) + version_offset(
-        delta_log.properties(app.spark, path))  # on the changelog's scale
+    table = table_at_path(app.spark, path)
+    latest = table.newest  # on the changelog's scale
     name = progress_topic(app.conf.kafka.changelog_topic)
     published = published_progress(app.kafka, name)
     if published is None:
@@ -552,6 +582,12 @@ def _publish_before_restore(app: App) -> None:
                            "could lose some. Operator action: create the topics (`ttl topic "
                            "create`) and publish (`ttl run`) first, or restore elsewhere "
                            "with --target")
+    # A table that does not continue the changelog (created again at the path, replaced)
+    # may hold writes nobody published: the restore would overwrite them unseen.
+    why = continuity.refusal(table, continuity.PublishedSoFar(
+        app.conf.kafka.changelog_topic, published.version, published.table_id))
+    if why is not None:
+        raise RestoreError(f"refusing to restore over {path}: {why}")
     if published.version >= latest:
         return
     log.info("restore: publishing versions %s..%s of %s first", published.version + 1, latest,

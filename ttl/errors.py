@@ -97,6 +97,25 @@ class ProgressUnreadable(TtlError):
               "leader, then start again.")
 
 
+class ChangelogMismatch(TtlError):
+    """The table at the store's path does not continue what its changelog's progress says
+    was published (recreated at the path, replaced, or its versions went back): publishing
+    it would leave the changelog silently behind, or publish under versions it has."""
+
+    action = ("move whatever is at the store's path away and rebuild the store from its "
+              "changelog with `ttl restore --conf PROFILE`.")
+
+
+class StoreMissing(TtlError):
+    """The store's table does not exist. Only ``ttl run`` on a store whose changelog has no
+    progress yet (a new store) and ``ttl restore`` create it: any other command creating an
+    empty table there would stand for a store that was lost."""
+
+    action = ("for a new store, start it with `ttl run --conf PROFILE`; for a store whose "
+              "table was lost, rebuild it with `ttl restore --conf PROFILE`; else fix "
+              "store.path.")
+
+
 class KafkaAccessDenied(TtlError):
     """The brokers refused the configured credentials."""
 

@@ -39,6 +39,10 @@ PROP_VERSION_OFFSET = "ttl.changelog.version_offset"
 # onto the store's changelog one by one until ``ttl publish --reseed`` has published its
 # whole state (tombstones for what the changelog has and it lacks included).
 PROP_RESEED_REQUIRED = "ttl.changelog.reseed_required"
+# A table a whole restore rebuilt from the store's changelog: the changelog version its
+# state is at. Its publisher may take over the progress another table published, up to
+# that version (``ttl.changelog.continuity``).
+PROP_CONTINUES_AFTER = "ttl.changelog.continues_after"
 
 # -- commit metadata ops (``userMetadata.op`` of the engine's commits) -----------------------
 
@@ -53,6 +57,7 @@ OP_INPUT_SKIPPED = "input_skipped"  # lost input skipped on the operator's word
 LEASE_SUFFIX = "_lease"
 DEAD_LETTERS_SUFFIX = "_dead_letters"
 DRILLS_SUFFIX = "_drills"
+DRILL_SCRATCH_SUFFIX = "_drill_scratch"  # drills' scratch tables (``drill.scratch``)
 PROGRESS_TOPIC_SUFFIX = "-progress"
 
 

@@ -576,11 +576,18 @@ def _continue_versions(spark, target: str, props: dict[str, str], version: int,
     needs a re-seed before it can continue the store's changelog (a partial restore; a
     whole one over such a table lifts the mark). Returns the offset."""
     from ttl.changelog.format import version_offset
-    from ttl.names import PROP_RESEED_REQUIRED, PROP_VERSION_OFFSET
+    from ttl.names import PROP_CONTINUES_AFTER, PROP_RESEED_REQUIRED, PROP_VERSION_OFFSET
 
     marks = ({PROP_RESEED_REQUIRED: "true"} if result.partial else
              {PROP_RESEED_REQUIRED: "false"} if props.get(PROP_RESEED_REQUIRED) == "true"
              else {})
+    # A whole restore holds the changelog's state at its floor: its publisher may take the
+    # progress over up to there (``ttl.changelog.continuity``); a partial one only by a
+    # re-seed, so it carries no such mark.
+    if not result.partial and result.changelog_floor is not None:
+        marks[PROP_CONTINUES_AFTER] = str(result.changelog_floor)
+    elif props.get(PROP_CONTINUES_AFTER):
+        marks[PROP_CONTINUES_AFTER] = ""
     offset = version_offset(props)
     floor = result.changelog_floor
     if floor is not None and version + offset <= floor:

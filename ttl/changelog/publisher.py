@@ -30,19 +30,28 @@ import json
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from ttl import delta_log
+from ttl.changelog import continuity
 from ttl.changelog import format as fmt
 from ttl.clock import Clock, WallClock
 from ttl.config import ChangelogConfig
-from ttl.errors import ChangeFeedGone, ProgressUnreadable, PublisherFenced, ReseedRequired
+from ttl.errors import (
+    ChangeFeedGone,
+    ChangelogMismatch,
+    ProgressUnreadable,
+    PublisherFenced,
+    ReseedRequired,
+)
 from ttl.kafka import KafkaClients
 from ttl.names import (
     OP_SWEEP,
+    PROP_CONTINUES_AFTER,
     PROP_RESEED_REQUIRED,
+    PROP_VERSION_OFFSET,
     progress_topic,
     publisher_transactional_id,
 )
@@ -60,12 +69,18 @@ class Progress:
     version: int = -1
     stream_time: int | None = None
     input_offsets: dict = field(default_factory=dict)
+    #: The Delta table id of the table published (``ttl.changelog.continuity``); ``None``
+    #: in progress records written before they named it.
+    table_id: str | None = None
 
     def to_json(self, store: str, now_ms: int) -> bytes:
         return json.dumps({"store": store, "version": self.version,
                            "stream_time": self.stream_time,
-                           "input_offsets": self.input_offsets,
+                           "input_offsets": self.input_offsets, "table_id": self.table_id,
                            "published_at": now_ms}, sort_keys=True).encode()
+
+    def copy(self) -> Progress:
+        return replace(self, input_offsets=dict(self.input_offsets))
 
 
 @dataclass
@@ -108,7 +123,7 @@ def read_progress(kafka: KafkaClients, topic: str, timeout: float = 30.0) -> Pro
             if last is not None:
                 doc = json.loads(last)
                 return Progress(doc["version"], doc.get("stream_time"),
-                                doc.get("input_offsets") or {})
+                                doc.get("input_offsets") or {}, doc.get("table_id"))
         return Progress()
     finally:
         consumer.close()
@@ -142,6 +157,17 @@ def published_progress(kafka: KafkaClients, topic: str) -> Progress | None:
     return read_progress(kafka, topic)
 
 
+def table_at_path(spark, path: str) -> continuity.TableAtPath:
+    """What the continuity rule needs of the table at ``path`` (one look at its log)."""
+    properties = delta_log.properties(spark, path)
+    offset = fmt.version_offset(properties)
+    raw = properties.get(PROP_CONTINUES_AFTER)
+    newest, table_id = delta_log.position(spark, path)
+    return continuity.TableAtPath(path, table_id, newest + offset,
+                                  int(raw) if raw not in (None, "") else None,
+                                  properties.get(PROP_RESEED_REQUIRED) == "true", offset)
+
+
 class Publisher:
     """Publishes a store's table changes; one live instance per store (fenced)."""
 
@@ -169,21 +195,36 @@ class Publisher:
             # librdkafka takes no less than 1000.
             "message.max.bytes": max(1_000, max_record_bytes),
         })
-        self.producer.init_transactions(60)  # fences any older publisher of this store
         self.fenced = False  # a newer publisher of this store took over: this one is done
         self.progress = read_progress(kafka, self.progress_topic)
         # Changelog version = Delta version + offset (``fmt.version_offset``); the progress
         # and every ``PublishResult`` speak changelog versions.
-        properties = delta_log.properties(spark, table_path)
-        self.offset = fmt.version_offset(properties)
-        self.reseed_required = properties.get(PROP_RESEED_REQUIRED) == "true"
+        self._read_table()
+        # Checked before ``init_transactions``: a refused publisher fences nobody.
+        why = continuity.refusal(self.table, self._published_so_far())
+        if why is not None:
+            self.producer = None
+            raise ChangelogMismatch(why)
+        self.producer.init_transactions(60)  # fences any older publisher of this store
         log.info("publisher for %s resumes after version %s", store_name, self.progress.version)
+
+    def _read_table(self) -> None:
+        """The table's id, newest version and marks, as they are now."""
+        self.table = table_at_path(self.spark, self.path)
+        self.offset = self.table.offset
+        self.reseed_required = self.table.reseed_required
+        self.table_id = self.table.table_id
+
+    def _published_so_far(self) -> continuity.PublishedSoFar:
+        return continuity.PublishedSoFar(self.topic, self.progress.version,
+                                         self.progress.table_id)
 
     def reset_progress(self, version: int, stream_time: int | None, input_offsets: dict) -> None:
         """Mark the table's (Delta) ``version`` as published (after a restore: its state is
         already on the topic); the restore may have set a new version offset."""
-        self.offset = fmt.version_offset(delta_log.properties(self.spark, self.path))
-        self.progress = Progress(version + self.offset, stream_time, dict(input_offsets))
+        self._read_table()
+        self.progress = Progress(version + self.offset, stream_time, dict(input_offsets),
+                                 self.table_id)
         self.producer.begin_transaction()
         self._commit()
 
@@ -273,8 +314,7 @@ class Publisher:
 
     def _publish_range(self, start: int, end: int, result: PublishResult,
                        runs: Iterator | None = None) -> None:
-        committed = Progress(self.progress.version, self.progress.stream_time,
-                             dict(self.progress.input_offsets))
+        committed = self.progress.copy()
         try:
             self._publish_versions(start, end, result, runs)
         except PublisherFenced:
@@ -309,9 +349,18 @@ class Publisher:
         from pyspark.sql import functions as F
 
         from ttl.restore import convert, end_offsets, latest_per_key, read_topic
+        from ttl.store.layout import set_properties
 
         started = time.monotonic()
         latest = self.table_version()
+        if latest + self.offset <= self.progress.version:
+            # A table whose versions are below the changelog's (a restored one whose old
+            # table published on): the snapshot must come after everything published. The
+            # offset's own (metadata) commit is the snapshot's version.
+            self.offset = continuity.reseed_offset(latest + 1, self.offset,
+                                                   self.progress.version)
+            set_properties(self.spark, self.path, {PROP_VERSION_OFFSET: str(self.offset)})
+            latest = self.table_version()
         table = (self.spark.read.format("delta").option("versionAsOf", latest)
                  .load(self.path))
         on_topic = latest_per_key(convert(read_topic(
@@ -324,8 +373,7 @@ class Publisher:
             F.lit(0).alias("present")).alias("r"))
         rows = (puts.unionByName(tombstones)
                 .select(F.lit(latest).cast("bigint").alias("_commit_version"), "key", "r.*"))
-        committed = Progress(self.progress.version, self.progress.stream_time,
-                             dict(self.progress.input_offsets))
+        committed = self.progress.copy()
         result = PublishResult(published_version=self.progress.version,
                                table_version=latest + self.offset)
         try:
@@ -340,8 +388,6 @@ class Publisher:
             raise
         result.published_version = self.progress.version
         if self.reseed_required:  # done: the table's changes continue the changelog now
-            from ttl.store.layout import set_properties
-
             set_properties(self.spark, self.path, {PROP_RESEED_REQUIRED: "false"})
             self.reseed_required = False
         result.seconds = time.monotonic() - started
@@ -428,6 +474,7 @@ class Publisher:
 
     def _commit(self, with_progress: bool = True) -> None:
         if with_progress:
+            self.progress.table_id = self.table_id  # published from this table from now on
             self._produce(self.progress_topic, PROGRESS_KEY,
                           self.progress.to_json(self.store, self.clock.now_ms()), [])
         try:

@@ -22,7 +22,7 @@ statistics limited to the BIGINT columns that sweeps and key lookups filter on. 
 from __future__ import annotations
 
 from ttl import delta_log
-from ttl.errors import LayoutError
+from ttl.errors import LayoutError, StoreMissing
 from ttl.names import PROP_FORMAT, PROP_NAME, PROP_TTL
 
 FORMAT_VERSION = 3
@@ -121,13 +121,17 @@ def legacy_version(columns: list[str]) -> int | None:
 
 
 def ensure_store_table(spark, path: str, name: str, ttl_ms: int | None, *,
-                       check_ttl: bool = True, deletion_vectors: bool = True) -> dict[str, str]:
-    """Create the v3 table at ``path`` or open it, checking layout and settings.
+                       check_ttl: bool = True, deletion_vectors: bool = True,
+                       create: bool = True) -> dict[str, str]:
+    """Create the v3 table at ``path`` (unless ``create`` is false: then ``StoreMissing``)
+    or open it, checking layout and settings.
 
     Idempotent. Raises ``LayoutError`` naming both values when the table was made for
     another layout or TTL (``ttl upgrade`` / ``ttl alter`` change those explicitly).
     """
     if not delta_log.is_delta_table(spark, path):
+        if not create:
+            raise StoreMissing(f"store {name}: there is no store table at {path}")
         spark.sql(
             f"CREATE TABLE IF NOT EXISTS delta.`{path}` ({STORE_COLUMNS}) USING delta "
             f"TBLPROPERTIES ({tblproperties(store_properties(name, ttl_ms, deletion_vectors))})"

@@ -80,7 +80,8 @@ class DeltaStore:
     """A store: one Delta table, its dead-letter table, its stream time and clocks."""
 
     def __init__(self, spark, conf: StoreConfig, *, clock: ClockKind = "wall",
-                 wall_clock: Clock | None = None, check_ttl: bool = True) -> None:
+                 wall_clock: Clock | None = None, check_ttl: bool = True,
+                 create: bool = True) -> None:
         # Its own session: commit settings (userMetadata, txn ids) never leak to others.
         self.spark = spark.newSession()
         self.spark.conf.set("spark.sql.autoBroadcastJoinThreshold", str(MERGE_BROADCAST_BYTES))
@@ -92,7 +93,7 @@ class DeltaStore:
         self.wall_clock = wall_clock or WallClock()
         self.properties = layout.ensure_store_table(self.spark, self.path, conf.name, conf.ttl,
                                                     deletion_vectors=conf.deletion_vectors,
-                                                    check_ttl=check_ttl)
+                                                    check_ttl=check_ttl, create=create)
         if not check_ttl:  # the table's TTL rules (``ttl alter`` opens a store this way)
             raw = self.properties.get(PROP_TTL)
             self.sem = replace(self.sem, ttl=None if raw in (None, "none") else int(raw))
