@@ -36,6 +36,10 @@ from ttl.record import Headers
 #: Commits read back for stream time and the last sweep (newest first).
 HISTORY = 200
 
+#: The changelog lag ``status`` reports when the brokers answer but the changelog has no
+#: progress topic: nothing says which versions are published (``health`` is unhealthy).
+NO_PROGRESS_TOPIC = "unknown (no progress topic)"
+
 
 def _table(path: str):
     from deltalake import DeltaTable
@@ -145,7 +149,7 @@ def status(conf: Config, kafka=None, *, wall_ms: int | None = None) -> dict[str,
     }
     if progress is None:
         out["changelog lag (versions)"] = ("unknown (embedded broker not running)"
-                                           if kafka is None else "unknown (no progress topic)")
+                                           if kafka is None else NO_PROGRESS_TOPIC)
         return out
     published = progress[0] - version_offset(view.properties)  # a Delta version
     out["published version"] = published
@@ -231,12 +235,20 @@ def health(conf: Config, kafka=None, *, require_stream: bool = False,
            wall_ms: int | None = None) -> Health:
     """A probe's answer: the table reads, the changelog lags less than
     ``maintenance.publisher_max_lag`` (when the brokers are reachable) and, with
-    ``require_stream``, a stream holds the lease."""
+    ``require_stream``, a stream holds the lease.
+
+    Reachable brokers without the changelog's progress topic are unhealthy: nothing is
+    published (the publisher cannot start without it) and the lag cannot be measured, so
+    "healthy" there hid a changelog that never moves."""
     reasons = []
     try:
         out = status(conf, kafka, wall_ms=wall_ms)
     except Exception as exc:  # noqa: BLE001 - any failure to read is the answer
         return Health(False, [f"the store cannot be read: {str(exc).splitlines()[0][:200]}"])
+    if out.get("changelog lag (versions)") == NO_PROGRESS_TOPIC:
+        reasons.append(f"the changelog {conf.kafka.changelog_topic} has no progress topic "
+                       f"{progress_topic(conf.kafka.changelog_topic)}, so nothing is "
+                       "published: run `ttl topic create`, then `ttl run`")
     lag = out.get("changelog lag (seconds)")
     limit = conf.maintenance.publisher_max_lag / 1000
     if isinstance(lag, float) and lag > limit:
