@@ -288,23 +288,49 @@ def properties(spark, path: str) -> dict[str, str]:
 # -- conflicts -----------------------------------------------------------------------------
 
 def conflicts() -> tuple[type[BaseException], ...]:
-    """Delta's typed conflict exceptions: another commit won the race; the whole operation
-    may be run again (each is re-planned against the new version)."""
+    """Delta's conflict exceptions that ``retrying`` runs the whole operation again after:
+    another commit won the race, and a re-run reads the table at the new version and plans
+    everything again. Every one of Delta's seven (``io.delta.exceptions``; delta-spark's
+    Python side raises the class of the Java exception's name):
+
+    * ``ConcurrentAppendException``, ``ConcurrentDeleteReadException``,
+      ``ConcurrentDeleteDeleteException``, ``ConcurrentWriteException``: files this operation
+      read or removes were added or removed meanwhile (an operator's DELETE or UPDATE, a
+      sweep, another writer's append): the re-run reads the rows as they are now.
+      ``ConcurrentWriteException`` was missing, so such a conflict failed the operation.
+    * ``MetadataChangedException``: the table's metadata changed (a property such as the
+      TTL or the stream-time floor, the schema): the re-run runs the whole operation's
+      checks again against the new metadata, which a batch relies on.
+    * ``ProtocolChangedException``: the protocol changed (a feature enabled, two creators of
+      one table): the re-run reads the new protocol, and one this client cannot write fails
+      it with Delta's own error, not a conflict.
+    * ``ConcurrentTransactionException``: another commit used the same idempotent
+      transaction id: the re-run finds it committed and Delta skips the write, which is an
+      idempotent batch's outcome.
+
+    None is left out: the retries are bounded (``RETRIES``), so a conflict that keeps
+    coming still fails. Their common base (``DeltaConcurrentModificationException``) is
+    abstract in Delta: never raised as such."""
     from delta import exceptions as ex
 
     return (ex.ConcurrentAppendException, ex.ConcurrentDeleteReadException,
-            ex.ConcurrentDeleteDeleteException, ex.ConcurrentTransactionException,
-            ex.MetadataChangedException, ex.ProtocolChangedException)
+            ex.ConcurrentDeleteDeleteException, ex.ConcurrentWriteException,
+            ex.ConcurrentTransactionException, ex.MetadataChangedException,
+            ex.ProtocolChangedException)
 
 
 def retrying(action: Callable[[], T], *, what: str, retries: int = RETRIES,
              backoff_s: float = BACKOFF_S) -> tuple[T, int]:
     """Run ``action`` again after a Delta conflict, with bounded exponential backoff;
     returns its result and the number of retries it took."""
+    # Before the first run: importing delta.exceptions installs delta-spark's conversion of
+    # the JVM's conflicts into these classes; a conflict that crossed py4j before any import
+    # of delta stayed a bare Py4JJavaError, and was not retried.
+    caught = conflicts()
     for attempt in range(retries + 1):
         try:
             return action(), attempt
-        except conflicts() as exc:
+        except caught as exc:
             if attempt == retries:
                 raise
             log.warning("%s conflicted with a concurrent commit (%s); retry %d/%d", what,

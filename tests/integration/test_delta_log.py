@@ -83,3 +83,27 @@ def test_status_reports_entries_sweeps_lease_and_dead_letters(spark, table_path)
     assert out["last sweep"]["evicted"] == 1 and out["last sweep"]["t"] == NOW + 500
     assert out["table version"] == out["last sweep"]["version"]
     assert out["changelog lag (versions)"].startswith("unknown")  # embedded: not running
+
+
+@pytest.mark.parametrize("name", ["ConcurrentAppendException", "ConcurrentDeleteReadException",
+                                  "ConcurrentDeleteDeleteException", "MetadataChangedException",
+                                  "ConcurrentTransactionException", "ProtocolChangedException",
+                                  "ConcurrentWriteException"])
+def test_each_conflict_the_jvm_throws_is_retried(spark, name):
+    """Issue 31, scenario 8: each of Delta's conflict exceptions, thrown by the JVM (its
+    ``io.delta.exceptions`` class), reaches Python as the class ``delta_log.conflicts``
+    matches, and the operation runs again; ConcurrentWriteException used to fail it. Run
+    alone (no import of delta before), the first case shows that ``retrying`` installs
+    delta-spark's conversion itself: the first conflict of a process was a bare
+    Py4JJavaError, not retried."""
+    jvm = spark.sparkContext._jvm
+    thrown = []
+
+    def action() -> str:
+        if not thrown:
+            thrown.append(name)
+            conflict = getattr(jvm.io.delta.exceptions, name)("a concurrent commit won")
+            jvm.scala.util.Failure(conflict).get()  # throws it, as a commit would
+        return "committed"
+
+    assert delta_log.retrying(action, what="test", backoff_s=0) == ("committed", 1)
