@@ -10,6 +10,7 @@ integer of milliseconds, at most ``MAX_DURATION_MS``.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -237,10 +238,34 @@ class DrillConfig(_Section):
     interval: DurationMs | None = None
 
 
+_HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+
+
+def host_or_ip(raw: Any) -> Any:
+    """An IP address or an RFC 1123 host name; anything else is refused at load (a typo
+    would otherwise surface only when the stream starts serving, or bind somewhere
+    unexpected)."""
+    if not isinstance(raw, str):
+        return raw  # pydantic names the wrong type
+    try:
+        return str(ipaddress.ip_address(raw))
+    except ValueError:
+        pass
+    labels = raw.split(".")
+    if (len(raw) <= 253 and all(_HOST_LABEL.match(label) for label in labels)
+            and not labels[-1].isdigit()):  # all digits: a mistyped IPv4 address
+        return raw
+    raise ValueError(f"{raw!r} is neither an IP address nor a host name")
+
+
 class MetricsConfig(_Section):
-    """The driver's Prometheus endpoint (``/metrics``); ``port`` unset: no endpoint."""
+    """The driver's Prometheus endpoint (``/metrics``); ``port`` unset: no endpoint.
+    ``address`` is where it listens: every interface by default (a cluster's scraper and
+    Kubernetes' probes reach the driver from outside), ``127.0.0.1`` in the local profile
+    (nothing outside the machine needs a laptop's metrics)."""
 
     port: int | None = Field(default=None, ge=1, le=65535)
+    address: Annotated[str, BeforeValidator(host_or_ip)] = "0.0.0.0"
 
 
 class Config(_Section):

@@ -20,6 +20,8 @@ import time
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 
+from ttl.config import MetricsConfig
+
 log = logging.getLogger(__name__)
 
 #: Batch durations on this kind of machine run from a second to about a minute.
@@ -97,6 +99,7 @@ class Metrics:
 
     def __init__(self, store: str, conf=None, kafka=None) -> None:
         self.store = store
+        self.conf = conf
         self.registry = CollectorRegistry()
         r, s = self.registry, ["store"]
         self.records = Counter("ttl_records_total", "Input records by outcome (upserted, "
@@ -128,10 +131,14 @@ class Metrics:
         if conf is not None:  # figures read from the tables when scraped
             self.registry.register(TableFigures(conf, kafka=kafka))
 
-    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
-        """Serve ``/metrics`` on ``port`` (a daemon thread; ``close`` stops it)."""
-        self._server = start_http_server(port, addr=addr, registry=self.registry)
-        log.info("metrics for store %s on http://%s:%s/metrics", self.store, addr, port)
+    def serve(self, port: int, address: str | None = None) -> None:
+        """Serve ``/metrics`` on ``port`` (a daemon thread; ``close`` stops it), at
+        ``address``: by default the profile's ``metrics.address``, so the stream, which
+        passes only the port, listens where the profile says."""
+        if address is None:
+            address = (self.conf.metrics if self.conf is not None else MetricsConfig()).address
+        self._server = start_http_server(port, addr=address, registry=self.registry)
+        log.info("metrics for store %s on http://%s:%s/metrics", self.store, address, port)
 
     def close(self) -> None:
         if self._server is not None:
