@@ -60,6 +60,16 @@ class CheckpointRegressed(TtlError):
               "records.")
 
 
+class CheckpointAhead(TtlError):
+    """The stream's checkpoint resumes the input past the position the table holds (a
+    checkpoint from before a restore): starting from it would skip the records between."""
+
+    action = ("move the checkpoint directory away (stream.checkpoint) and start again: a new "
+              "checkpoint resumes every input partition right after the position the table "
+              "records (from the earliest offsets the topic holds when the table records "
+              "none, re-applying them in order).")
+
+
 class ChangeFeedGone(TtlError):
     """Versions the publisher has not published have no change data any more (a VACUUM, or
     the log's retention, removed it): they cannot be published one by one."""

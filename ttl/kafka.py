@@ -137,6 +137,40 @@ class KafkaClients:
         finally:
             consumer.close()
 
+    def first_record(self, topic: str, partition: int, start: int, end: int,
+                     timeout: float = 30.0) -> int | None:
+        """The offset of the first record in ``[start, end)`` of a partition, as Spark's
+        Kafka source reads it (``read_uncommitted``: aborted records too; transaction
+        markers are never records), or ``None`` when those offsets hold none. Offsets
+        below the partition's first one count as holding records: they are gone, so
+        nothing proves they held none."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        consumer = self.consumer(**{"isolation.level": "read_uncommitted",
+                                    "enable.partition.eof": True})
+        try:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
+                                                       timeout=timeout)
+            if start < low:
+                return start
+            if start >= min(end, high):
+                return None
+            consumer.assign([TopicPartition(topic, partition, start)])
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                msg = consumer.poll(0.5)
+                if msg is None:
+                    continue
+                if msg.error() is not None:
+                    if msg.error().code() == -191:  # _PARTITION_EOF
+                        return None
+                    raise KafkaException(msg.error())
+                return msg.offset() if msg.offset() < end else None
+            raise KafkaUnreachable(f"{topic} partition {partition}: offsets {start}..{end - 1} "
+                                   f"were not read within {timeout:.0f} s")
+        finally:
+            consumer.close()
+
     def end_offsets(self, topic: str) -> dict[int, int] | None:
         """Last stable offset per partition, or ``None`` if the topic is missing."""
         marks = self.watermarks(topic)

@@ -33,7 +33,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ttl import delta_log, eviction, schedule
+from ttl import delta_log, eviction, input_position, schedule
 from ttl.config import Config
 from ttl.errors import StreamOwned
 from ttl.kafka import KafkaClients
@@ -121,6 +121,7 @@ class StreamJob:
         # the one batch that may be replayed with input below it (a crash between its Delta
         # commit and Spark's checkpoint commit).
         self.last_batch: tuple[str, int] | None = None
+        self.position_unknown = False  # the table was restored with no input position
         self.batch_error: BaseException | None = None  # an engine error raised in a batch
         self._last_stream_sweep: int | None = None
         self._catch_up_bar = None  # an --available-now run's progress bar (terminal only)
@@ -163,6 +164,7 @@ class StreamJob:
             if available_now:
                 self.end_offsets = {p: high for p, (_, high) in self.input_marks.items()}
             self.position = self._recorded_position()
+            self._refuse_a_checkpoint_ahead()
             skipped = self._lost_input(available_now)
             if available_now:
                 self._catch_up_bar = self._start_catch_up_bar()
@@ -298,6 +300,34 @@ class StreamJob:
                     "table's commit history", where)
         return True
 
+    def _refuse_a_checkpoint_ahead(self) -> None:
+        """Refuse an existing checkpoint that would resume the input past the position the
+        table holds (``input_position``): one from before a restore. Offsets between that
+        hold no record (transaction markers) are no gap; a restore that recorded no input
+        position makes any checkpoint from before it a gap of unknown size."""
+        from ttl.errors import CheckpointAhead
+
+        checkpoint = self._checkpoint_position()
+        if checkpoint is None:
+            return
+        where = (f"checkpoint {self.conf.stream.checkpoint} resumes input topic "
+                 f"{self.conf.kafka.input_topic} at {checkpoint}")
+        if self.position_unknown:
+            raise CheckpointAhead(
+                f"{where}, but the table was restored without an input position (a point-in-"
+                "time restore, or a changelog without progress): which input it holds is "
+                "unknown, and resuming at the checkpoint (older than the restore) could skip "
+                "records; nothing was read")
+        gaps = input_position.gaps_ahead(checkpoint, self.position)
+        topic = self.conf.kafka.input_topic
+        skipped = {p: (a, b) for p, (a, b) in gaps.items()
+                   if self.kafka.first_record(topic, int(p), a, b) is not None}
+        if skipped:
+            raise CheckpointAhead(
+                f"{where}, past the position the table holds ({self.position}): it would "
+                f"skip {input_position.describe(skipped)}, which the table never applied "
+                "(a checkpoint from before a restore); nothing was read")
+
     def _start_query(self, available_now: bool, *, fail_on_data_loss: bool = True):
         k, s = self.conf.kafka, self.conf.stream
         reader = (self.spark.readStream.format("kafka")
@@ -324,11 +354,14 @@ class StreamJob:
         batches read (``{}`` for a table no batch has written)."""
         position: dict[str, int] = {}
         self.last_batch = None
+        self.position_unknown = False
         for i, found in enumerate(delta_log.engine_commits_having(
                 self.spark, self.store.path, "input_offsets", or_op=OP_RESTORE)):
             meta = found.metadata or {}  # a restore without a position ends the search too
             if i == 0 and meta.get("query_id") is not None and meta.get("batch_id") is not None:
                 self.last_batch = (str(meta["query_id"]), int(meta["batch_id"]))
+            if i == 0 and meta.get("op") == OP_RESTORE and not meta.get("input_offsets"):
+                self.position_unknown = True  # restored with no input position
             for p, o in (meta.get("input_offsets") or {}).items():
                 position.setdefault(str(p), int(o))
             if meta.get("op") in (OP_RESTORE, OP_INPUT_SKIPPED) or meta.get("whole_position"):

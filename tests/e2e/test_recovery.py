@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.test_stream_job import _consume_everything, produce, table_rows, ttl, write_conf
-from tests.support import rebuild_from_changelog
+from tests.support import clients, rebuild_from_changelog
+from ttl import delta_log
 from ttl.config import load
 from ttl.model import ReferenceStore, Semantics
 from ttl.record import InputRecord
@@ -63,5 +64,50 @@ def test_a_lost_store_directory_is_refused_by_every_command_until_restored(
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     expected = model_of(first, later, now=now)
     assert table_rows(spark, conf.store.path) == expected           # nothing lost
+    rebuilt = rebuild_from_changelog(_consume_everything(kafka, conf.kafka.changelog_topic))
+    assert {k: v[0] for k, v in rebuilt.items()} == {k: v[0] for k, v in expected.items()}
+
+
+def test_a_checkpoint_from_before_a_restore_is_refused_not_resumed_past_the_table(
+        spark, kafka, tmp_path):
+    """30 records, then 20 more, each through a run; the table is lost and restored from
+    the changelog at the first run's version into a new path, the profile pointed there and
+    re-seeded as the run asks. Before, the run on the old checkpoint resumed after all 50
+    records and the 20 later keys never reached the table. Now it is refused naming the
+    checkpoint; with it moved away the run re-applies the input and loses nothing."""
+    from ttl.changelog.publisher import read_progress
+    from ttl.names import progress_topic
+
+    conf_path = write_conf(tmp_path, kafka)
+    conf = load(conf_path)
+    now = int(time.time() * 1000)
+    first, later = records(now, 0, 30), records(now, 30, 20)
+    produce(kafka, conf_path, first)
+    assert ttl("run", "--conf", str(conf_path), "--available-now").returncode == 0
+    point = read_progress(clients(conf, kafka), progress_topic(conf.kafka.changelog_topic))
+    produce(kafka, conf_path, later)
+    assert ttl("run", "--conf", str(conf_path), "--available-now").returncode == 0
+    shutil.rmtree(conf.store.path)                                  # the loss
+    new = str(tmp_path / "restored")
+    restored = ttl("restore", "--conf", str(conf_path), "--until-version", str(point.version),
+                   "--target", new)
+    assert restored.returncode == 0, restored.stderr[-4000:]
+    conf_path.write_text(conf_path.read_text().replace(f'path = "{conf.store.path}"',
+                                                       f'path = "{new}"'))
+    refused = ttl("run", "--conf", str(conf_path), "--available-now")
+    assert refused.returncode == 2 and "--reseed" in refused.stderr, refused.stderr[-4000:]
+    reseeded = ttl("publish", "--conf", str(conf_path), "--reseed")
+    assert reseeded.returncode == 0, reseeded.stderr[-4000:]
+    version = delta_log.latest_version(spark, new)
+    refused = ttl("run", "--conf", str(conf_path), "--available-now")
+    assert refused.returncode == 2, refused.stderr[-4000:]
+    assert "checkpoint" in refused.stderr and "move the checkpoint directory away" in \
+        refused.stderr and "Traceback" not in refused.stderr, refused.stderr[-4000:]
+    assert delta_log.latest_version(spark, new) == version          # nothing written
+    shutil.move(conf.stream.checkpoint, tmp_path / "old-checkpoint")  # the named action
+    resumed = ttl("run", "--conf", str(conf_path), "--available-now")
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    expected = model_of(first, later, now=now)
+    assert table_rows(spark, new) == expected                       # the 20 keys arrived
     rebuilt = rebuild_from_changelog(_consume_everything(kafka, conf.kafka.changelog_topic))
     assert {k: v[0] for k, v in rebuilt.items()} == {k: v[0] for k, v in expected.items()}

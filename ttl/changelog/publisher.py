@@ -379,9 +379,13 @@ class Publisher:
         try:
             position = delta_log.last_engine_commit(self.spark, self.path,
                                                     having="input_offsets")
-            self._carry({"stream_time": delta_log.max_stream_time(self.spark, self.path),
-                         "input_offsets": (position.metadata or {}).get("input_offsets")
-                         if position is not None else None})
+            self._carry({"stream_time": delta_log.max_stream_time(self.spark, self.path)})
+            # The position this table holds, not one merged with the progress's: after a
+            # restore from a point in time the progress's position is the old table's,
+            # past what this one holds (none recorded: the position is unknown).
+            self.progress.input_offsets = dict(
+                (position.metadata or {}).get("input_offsets") or {}
+                if position is not None else {})
             self._publish_range(latest, latest, result, runs=_version_runs(rows))
         except BaseException:
             self.progress = committed
