@@ -428,3 +428,37 @@ def test_a_batch_that_conflicts_with_an_operators_commit_runs_again(spark, table
     assert rows == len(keys) + 1  # one row per key (gone<last> or gone0)
     entries = store.entries()
     assert {k: entries[k].value for k in keys[1:]} == {k: b"v%d" % batch for k in keys[1:]}
+
+
+def test_a_commit_between_the_lookup_and_the_write_makes_the_batch_look_up_again(
+        spark, table_path):
+    """An operator's DELETE commits after the batch's lookup read the key (here: from
+    inside the lookup, the real seam). The fold against the older version would drop a
+    valid put as late (``late_records = drop``); the batch must see the DELETE: its result
+    is the reference model's over the state after it."""
+    from ttl.model import ReferenceStore, Semantics
+    from ttl.store.lookup import Lookup
+
+    late_records = "drop"
+    store = make_store(spark, table_path, late_records=late_records)
+    store.apply_records([InputRecord(b"a", b"stored", -1, (("ttl.ts", str(NOW).encode()),),
+                                     0, 0)])
+    deleted: list[int] = []
+
+    class DeleteDuringTheLookup(Lookup):
+        def __call__(self, spark_, path, keys, version):
+            found = super().__call__(spark_, path, keys, version)
+            if not deleted:  # the operator's DELETE lands once, after this read
+                spark.sql(f"DELETE FROM delta.`{table_path}` WHERE key = X'61'")
+                deleted.append(version)
+            return found
+
+    store.lookup = DeleteDuringTheLookup(store.conf.lookup)
+    batch = [InputRecord(b"a", b"older", -1, (("ttl.ts", str(NOW - 10).encode()),), 0, 1)]
+    result = store.apply_records(batch)
+    assert deleted and result.applied
+    model = ReferenceStore(Semantics(ttl=TTL, late_records=late_records))  # a is gone
+    model.apply_batch(batch, NOW)
+    expected = {k: (e.value, e.ts) for k, e in model.entries.items()}
+    assert {k: (e.value, e.ts) for k, e in store.entries().items()} == expected
+    assert expected == {b"a": (b"older", NOW - 10)}

@@ -23,8 +23,11 @@ Plan, per micro-batch (the records arrive as one Arrow table, the stream's one r
    * ``empty``: a batch that changes no row still commits (a table-property change with the
      same metadata), so stream time and input offsets are always persisted.
 
-The stored rows are read before the write; that is safe because a store has one writer at a
-time (BRIEF §4, the lease), and sweeps are serialized with batches in the same driver. The
+The stored rows are read before the write; a store has one engine writer at a time (the
+lease), and sweeps are serialized with batches in the same driver, but an operator's commit
+can still land in between: the write starts only once the table's version is still the
+lookup's, else the lookup and fold run again (``STALE_LOOKUPS``); a commit after that check
+that touches the batch's rows is Delta's conflict, and the whole batch runs again. The
 changed rows are handed back (``keep_changes``) when they provably equal the commit's change
 feed (the commit carrying this write's id is the version right after the lookup's), so the
 publisher need not read it back.
@@ -32,6 +35,7 @@ publisher need not read it back.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -45,6 +49,15 @@ from ttl.store.layout import key_hashes, set_properties
 from ttl.store.lookup import Lookup
 
 __all__ = ["WriteResult", "apply_batch"]
+
+log = logging.getLogger(__name__)
+
+#: How many times a batch looks up and folds again when commits land after its lookup.
+STALE_LOOKUPS = 5
+
+
+class StaleLookup(Exception):
+    """Commits kept landing between a batch's lookup and its write."""
 
 
 @dataclass
@@ -282,11 +295,28 @@ def apply_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
     done = set() if done is None else done
     phases = phases or BatchPhases()
     table = records if hasattr(records, "num_rows") else records.toArrow()
-    with phases.phase("lookup"):
-        lookup_version = delta_log.latest_version(spark, path)
-        stored = (lookup or Lookup())(spark, path, batch_keys(table), lookup_version)
-    with phases.phase("fold"):
-        folded = fold_table(table, stored, wall_ms, t0, sem)
+    keys = batch_keys(table)
+    for _attempt in range(STALE_LOOKUPS + 1):
+        with phases.phase("lookup"):
+            lookup_version = delta_log.latest_version(spark, path)
+            stored = (lookup or Lookup())(spark, path, keys, lookup_version)
+        with phases.phase("fold"):
+            folded = fold_table(table, stored, wall_ms, t0, sem)
+        if folded.rejects.num_rows and "dead_letters" not in done:
+            with phases.phase("dead_letters"):  # the same records are rejected every time
+                _write_dead_letters(spark, folded.rejects, dead_letter_path, wall_ms, txn)
+            done.add("dead_letters")
+        # Delta's writers take no expected version: a commit that landed after the lookup
+        # (an operator's DELETE, another process's sweep) would be overwritten by a fold
+        # computed without it, so the lookup and fold run again on the new version.
+        version_before = delta_log.latest_version(spark, path)
+        if version_before == lookup_version:
+            break
+        log.info("%s: version %s landed after the batch's lookup at %s; looking up again",
+                 path, version_before, lookup_version)
+    else:
+        raise StaleLookup(f"{path}: other commits kept landing between the batch's lookup and "
+                          f"its write ({STALE_LOOKUPS + 1} tries)")
     result = WriteResult(folded.counts, folded.max_ts, rows_upserted=folded.upserted,
                          rows_deleted=folded.deleted, rows_expired=folded.expired,
                          rejected_by_reason=folded.counts.rejected,
@@ -296,12 +326,8 @@ def apply_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
         result.max_ts if before is None else max(before, result.max_ts))
     final_meta = {**metadata, "stream_time": after, "t0": t0, "wall": wall_ms,
                   "expired_keys": folded.expired_keys, "write_id": uuid.uuid4().hex}
-    if folded.rejects.num_rows and "dead_letters" not in done:
-        with phases.phase("dead_letters"):
-            _write_dead_letters(spark, folded.rejects, dead_letter_path, wall_ms, txn)
-        done.add("dead_letters")
     with phases.phase("write"):
-        version_before = result.version_before = delta_log.latest_version(spark, path)
+        result.version_before = version_before
         result.write = _write_kind(spark, folded.changes, stored,
                                    version_before == lookup_version)
         with commit.commit_settings(spark, final_meta, txn):
