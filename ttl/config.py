@@ -233,9 +233,22 @@ class SparkConfig(_Section):
 
 
 class DrillConfig(_Section):
-    """Restore drills on the ``ttl schedule`` daemon (``None``: only when run by hand)."""
+    """Restore drills: ``interval`` on the ``ttl schedule`` daemon (``None``: only when run
+    by hand). ``scratch`` is where drills write their scratch tables, one fresh directory
+    each, removed afterwards: on the store's file system, because the executors write them
+    (a driver's /tmp is not theirs on a cluster). Unset: ``<store path>_drill_scratch``
+    (``ttl.drill.scratch_root``); a relative path resolves as ``store.path`` does."""
 
     interval: DurationMs | None = None
+    scratch: Location | None = None
+
+    @field_validator("scratch", mode="before")
+    @classmethod
+    def _scratch_not_blank(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("a blank path would mean the working directory; leave "
+                             "drill.scratch unset for the default beside the store")
+        return value
 
 
 _HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")

@@ -2,7 +2,10 @@
 
 1. read the last fully published version V (the progress topic), *then* the end offsets;
 2. restore into a scratch table up to ``ttl.version <= V`` (records after V are in flight,
-   not differences), without TTL filtering;
+   not differences), without TTL filtering. The scratch table is a fresh directory under
+   ``drill.scratch`` (default ``<store path>_drill_scratch``), on the store's file system
+   because the executors write it, and is removed afterwards, also after a failure, through
+   Hadoop's FileSystem API, so ``file:``, ``s3a:`` and ``abfss:`` alike;
 3. diff with the live table ``VERSION AS OF V`` (Delta time travel) by key: missing, extra,
    and different (value, ts, headers, expires_at; never updated_at);
 4. write a JSON report, print a summary, append the result to the drill-history Delta table
@@ -17,8 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
-import tempfile
+import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -26,7 +28,7 @@ from ttl.changelog.publisher import read_progress
 from ttl.config import Config
 from ttl.errors import RestoreError
 from ttl.kafka import KafkaClients
-from ttl.names import DRILLS_SUFFIX, progress_topic, sibling
+from ttl.names import DRILL_SCRATCH_SUFFIX, DRILLS_SUFFIX, progress_topic, sibling
 from ttl.restore import restore
 from ttl.store.layout import PLAIN_TABLE
 
@@ -54,6 +56,7 @@ class DrillReport:
     different: int = 0
     samples: dict[str, list[str]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    scratch: str = ""  # the drill's scratch table (removed when the drill ends)
 
     @property
     def match(self) -> bool:
@@ -101,31 +104,76 @@ def run(spark, conf: Config, kafka: KafkaClients, *, report_path: Path | None = 
     """One drill (module docstring); the report says whether the rebuild matched."""
     from ttl.clock import WallClock
 
+    root = scratch_root(conf)
+    _check_scratch_root(spark, root)
     progress = read_progress(kafka, progress_topic(conf.kafka.changelog_topic))
     if progress.version < 0:
         raise RestoreError("nothing has been published yet: run the stream (or publish) first")
     report = DrillReport(conf.store.name, progress.version,
                          source_topic or conf.kafka.changelog_topic, WallClock().now_ms())
-    scratch = Path(tempfile.mkdtemp(prefix="ttl-drill-")) / "restored"
+    scratch = report.scratch = scratch_path(root, conf.store.name, report.started_at)
     try:
-        result = restore(spark, conf, kafka, str(scratch), until_version=progress.version,
+        result = restore(spark, conf, kafka, scratch, until_version=progress.version,
                          point_is_progress=True,
                          source_topic=source_topic, wall_ms=wall_ms)
         report.records_read, report.keys = result.records_read, result.keys_restored
         report.restore_seconds, report.restore_rate = result.seconds, result.rate
         live = spark.read.format("delta").option("versionAsOf", _table_version(
             spark, conf.store.path, progress.version)).load(conf.store.path)
-        rebuilt = spark.read.format("delta").load(str(scratch))
+        rebuilt = spark.read.format("delta").load(scratch)
         report.missing, report.extra, report.different, report.samples = diff(
             spark, live, rebuilt)
         report.warnings += result.warnings + _retention_warning(result.topic_settings, report)
     finally:
-        shutil.rmtree(scratch.parent, ignore_errors=True)
+        report.warnings += _remove_scratch(spark, scratch)
     _record_drill(spark, conf, report)
     if report_path is not None:
         report_path.write_text(report.to_json())
     log.info("%s", report.summary())
     return report
+
+
+def scratch_root(conf: Config) -> str:
+    """Where drills' scratch tables live: ``drill.scratch``, else beside the store (its file
+    system is one every executor writes, which the driver's /tmp is not on a cluster)."""
+    return conf.drill.scratch or sibling(conf.store.path, DRILL_SCRATCH_SUFFIX)
+
+
+def scratch_path(root: str, store: str, started_at: int) -> str:
+    """A fresh directory under ``root`` for one drill: concurrent drills (a scheduled one
+    and an operator's) never share a table, and the name says whose and when."""
+    return f"{root.rstrip('/')}/{store}-{started_at}-{uuid.uuid4().hex[:12]}"
+
+
+def _hadoop_path(spark, location: str):
+    """``location`` as a Hadoop path and its file system, as the executors resolve it (the
+    session's Hadoop configuration: s3a credentials, abfss accounts, the default FS)."""
+    sc = spark.sparkContext
+    path = sc._jvm.org.apache.hadoop.fs.Path(location)
+    return path, path.getFileSystem(sc._jsc.hadoopConfiguration())
+
+
+def _check_scratch_root(spark, root: str) -> None:
+    """A root that is a file would fail the restore only after the topic is read, with
+    Hadoop's error: fail first, naming the setting."""
+    path, fs = _hadoop_path(spark, root)
+    if fs.exists(path) and not fs.getFileStatus(path).isDirectory():
+        raise RestoreError(f"drill.scratch: {root} is a file, not a directory: set "
+                           "drill.scratch to a directory on the store's file system (or "
+                           f"remove the file; unset, it is <store path>{DRILL_SCRATCH_SUFFIX})")
+
+
+def _remove_scratch(spark, scratch: str) -> list[str]:
+    """Delete the drill's scratch directory (recursively; absent is fine: the drill failed
+    before writing it). A failed delete must not hide the drill's own outcome or error: it
+    becomes a warning naming the directory to remove by hand."""
+    try:
+        path, fs = _hadoop_path(spark, scratch)
+        fs.delete(path, True)
+    except Exception as exc:  # noqa: BLE001 - any failure: say which directory is left
+        log.warning("drill: could not remove its scratch table %s: %s", scratch, exc)
+        return [f"the scratch table {scratch} could not be removed ({exc}); remove it"]
+    return []
 
 
 def _table_version(spark, path: str, changelog_version: int) -> int:
