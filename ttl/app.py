@@ -80,6 +80,7 @@ class App:
                                wall_clock=self.wall_clock, check_ttl=check_ttl, create=create)
             if store.properties.get(PROP_RESEED_REQUIRED) != "true":  # else: another timeline
                 store.stream_time.advance(progress.stream_time if progress else None)
+            store.lease = self._guard_lease  # writes check the lease ``guard`` took
             self._stores[check_ttl] = store
         return self._stores[check_ttl]
 
@@ -135,7 +136,11 @@ class App:
         this write may create cannot fence a live stream's)."""
         if self._guard_lease is None:  # one per App: the daemon asks at every tick
             self._guard_lease = self.lease(duration_ms=self.conf.eviction.lease)
-        if self._guard_lease.acquire():
+        # Waits one lease duration when the lease looks lapsed (a crashed stream's): only a
+        # row seen unchanged that long is taken over (``ttl.lease``).
+        if self._guard_lease.acquire(wait=True):
+            for store in self._stores.values():
+                store.lease = self._guard_lease
             self.lease_lost.clear()
             self._guard_lease.start_heartbeat(on_lost=self._lost_the_lease)
             return None
@@ -287,6 +292,7 @@ def run(conf: Config, *, available_now: bool = False, demo_seconds: int | None =
             # store's changelog, so a second `ttl run` must not get that far while the
             # first runs.
             take_lease(lease, conf.store.name, conf.eviction.lease)
+        store.lease = lease  # every commit of the stream checks it (twins share it)
         publisher = None
         try:
             with startup.phase("publisher"):

@@ -1,6 +1,7 @@
 """Clocks: injected everywhere, so nothing in the write path or eviction reads system time.
 
 * ``WallClock``: UTC epoch milliseconds (the only place that calls ``time.time_ns``);
+* ``MonotonicClock``: milliseconds for measuring durations (a lease's);
 * ``FixedClock``: a settable clock for tests and reproducible runs;
 * ``StreamTime``: the largest validated record timestamp ever seen (BRIEF §3), which only
   moves forward.
@@ -25,6 +26,14 @@ class WallClock:
 
     def now_ms(self) -> int:
         return time.time_ns() // 1_000_000
+
+
+class MonotonicClock:
+    """The system's monotonic clock in milliseconds: for durations only (a lease's), never
+    for timestamps. It does not jump with the wall clock, and stops counting for nobody."""
+
+    def now_ms(self) -> int:
+        return time.monotonic_ns() // 1_000_000
 
 
 class FixedClock:

@@ -93,6 +93,7 @@ def sweep(store, clock: SweepClock, t: int | None = None, *, dry_run: bool = Fal
             "sweep_id": result.sweep_id, "stream_time": store.stream_time.value}
 
     def delete() -> None:
+        store.check_lease()
         with commit.commit_settings(store.spark, meta):
             store.spark.sql(f"DELETE FROM delta.`{store.path}` WHERE {predicate}")
 
@@ -235,6 +236,7 @@ def alter_ttl(store, new_ttl: int | None, *, dry_run: bool = False,
     def update() -> None:
         from delta.tables import DeltaTable
 
+        store.check_lease()
         with commit.commit_settings(store.spark, meta):
             DeltaTable.forPath(store.spark, store.path).update(
                 f"record_ttl IS NULL AND (expires_at IS NULL OR expires_at > {int(at)})",
@@ -253,8 +255,11 @@ def alter_ttl(store, new_ttl: int | None, *, dry_run: bool = False,
 def optimize(store) -> None:
     """Compact small files and cluster them by ``expires_at`` so sweeps skip more files; then
     checkpoint in the background when one is due (other writers' commits too)."""
-    retrying(lambda: store.spark.sql(f"OPTIMIZE delta.`{store.path}` ZORDER BY (expires_at)"),
-             what="OPTIMIZE")
+    def compact() -> None:
+        store.check_lease()
+        store.spark.sql(f"OPTIMIZE delta.`{store.path}` ZORDER BY (expires_at)")
+
+    retrying(compact, what="OPTIMIZE")
     store.checkpoint_later()
 
 
@@ -292,4 +297,5 @@ def vacuum(store, retention_ms: int, minimum_ms: int, published: int | None) -> 
                 f"changelog and was committed {age} ago; RETAIN {hours} HOURS would remove "
                 "its change data")
     store.spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    store.check_lease()  # VACUUM commits its start and end to the table's log
     store.spark.sql(f"VACUUM delta.`{store.path}` RETAIN {hours} HOURS")

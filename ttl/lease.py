@@ -7,8 +7,30 @@ upgrade) check it and skip under a live lease.
 
 The lease is a one-row Delta table beside the store (``<store path>_lease``), so it works on
 any storage Delta works on. Acquiring or renewing is one UPDATE that only takes the row when
-it is free, expired, or already ours; Delta's optimistic concurrency makes two acquirers
+it is free, lapsed, or already ours; Delta's optimistic concurrency makes two acquirers
 conflict, so at most one wins.
+
+Why it holds without trusting clocks or CPU time (docs: operations, "Clocks and the lease"):
+
+* **Lapsed is observed, never computed from a wall clock.** The row's ``expires_at`` is the
+  holder's wall-clock reading plus the duration, shown to operators only. A contender takes
+  a lease held by another process only after it has seen the very same row (owner and
+  ``expires_at``) unchanged for a full lease duration on its own monotonic clock, and its
+  UPDATE matches only that row: a renewal meanwhile changes the row, and the take matches
+  nothing. A host whose wall clock runs ahead therefore waits like any other.
+* **The holder stops trusting its lease on its own monotonic clock.** It holds the lease
+  for one duration from the *start* of its last successful renewal; the contender's
+  watch began after that renewal committed, so it ends later (both monotonic clocks count
+  the same seconds). Every write of the store first checks this (``check``): a holder
+  that was stopped (SIGSTOP, a long pause) past its lease refuses its next commit.
+* **A takeover fences the store table itself.** A contender that took a lease it watched
+  lapse (not one that was released) commits ``ttl.lease.fence = <its owner id>`` to the
+  store table before writing. A write of the old holder that was under way fails at commit
+  (Delta fails a transaction when a concurrent commit changed the table's metadata), and
+  its retry, like any later write, sees a fence that is not its own and refuses
+  (``LeaseLost``). What is left is the moment between a write's check and the snapshot
+  its transaction reads (milliseconds, no I/O wait in between): a process frozen exactly
+  there and resumed after a takeover could still commit once.
 """
 
 from __future__ import annotations
@@ -20,8 +42,9 @@ import threading
 import uuid
 from dataclasses import dataclass
 
-from ttl.clock import Clock, WallClock
-from ttl.names import LEASE_SUFFIX, sibling
+from ttl.clock import Clock, MonotonicClock, WallClock
+from ttl.errors import LeaseLost
+from ttl.names import LEASE_SUFFIX, PROP_LEASE_FENCE, sibling
 from ttl.store.layout import PLAIN_TABLE
 
 log = logging.getLogger(__name__)
@@ -44,16 +67,22 @@ class Lease:
     """One process's claim on a store's table; ``acquire``, ``renew``, ``release``."""
 
     def __init__(self, spark, store_path: str, *, duration_ms: int = 30_000,
-                 clock: Clock | None = None, holder: str | None = None) -> None:
+                 clock: Clock | None = None, holder: str | None = None,
+                 monotonic: Clock | None = None) -> None:
         self.spark = spark.newSession()
+        self.store_path = store_path
         self.path = sibling(store_path, LEASE_SUFFIX)
         self.duration_ms = duration_ms
-        self.clock = clock or WallClock()
+        self.clock = clock or WallClock()  # only for the row's expires_at, shown to people
+        self.monotonic = monotonic or MonotonicClock()  # every duration is measured on it
         self.owner = uuid.uuid4().hex
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}"
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._renewed_at: int | None = None  # our clock reading of our last renewal
+        self._renewed_at: int | None = None  # monotonic start of our last renewal
+        # Another owner's row as first seen: ((owner, expires_at), monotonic reading).
+        self._watched: tuple[tuple[str, int], int] | None = None
+        self._fence_seen: str | None = None  # the store's fence when we took the lease
         self.spark.sql(f"CREATE TABLE IF NOT EXISTS delta.`{self.path}` ({LEASE_COLUMNS}) "
                        f"USING delta {PLAIN_TABLE}")
 
@@ -74,7 +103,33 @@ class Lease:
         it lapses). ``ttl run`` takes it before its other start-up steps; the stream then
         finds it held instead of renewing it again."""
         renewed = self._renewed_at
-        return renewed is not None and self.clock.now_ms() < renewed + self.duration_ms / 3
+        return renewed is not None and self.monotonic.now_ms() < renewed + self.duration_ms / 3
+
+    def valid(self) -> bool:
+        """Whether our lease still runs on our monotonic clock: one duration from the start
+        of our last successful renewal (no contender can have taken it before then)."""
+        renewed = self._renewed_at
+        return renewed is not None and self.monotonic.now_ms() < renewed + self.duration_ms
+
+    def check(self, spark, store_path: str) -> None:
+        """Refuse (``LeaseLost``) a write to the store unless we hold the lease now: it
+        runs on our monotonic clock, and no contender fenced the store table since we took
+        it. Called before every commit of the store (``DeltaStore.check_lease``) and again
+        by a write's retry after a conflict (a fence's commit is one)."""
+        from ttl import delta_log
+
+        if self._renewed_at is None:
+            raise LeaseLost(f"this process does not hold the lease on {store_path} (never "
+                            "taken, released, or lost): refusing to commit")
+        # Past our lease (stopped, starved): ours again only if our row is still ours.
+        if not self.valid() and not self.renew():
+            raise LeaseLost(f"the lease on {store_path} was not renewed within its "
+                            f"{self.duration_ms} ms (this process was stopped or starved, or "
+                            "lost it): refusing to commit")
+        fence = delta_log.properties(spark, store_path).get(PROP_LEASE_FENCE)
+        if fence not in (self._fence_seen, self.owner):
+            raise LeaseLost(f"the lease on {store_path} was taken over by {fence} "
+                            "(ttl.lease.fence on the store table): refusing to commit")
 
     def held_by_other(self) -> LeaseState | None:
         """The live lease of another process, if any (standalone jobs then skip)."""
@@ -83,11 +138,25 @@ class Lease:
             return state
         return None
 
-    def acquire(self) -> bool:
-        """Take or renew the lease; ``False`` if another process holds a live one (the
-        same as ``renew``: its UPDATE writes nothing unless the lease is free, lapsed or
-        ours, so a waiting contender never makes the holder's renewal conflict)."""
-        return self.renew()
+    def acquire(self, *, wait: bool = False) -> bool:
+        """Take or renew the lease; ``False`` if another process holds it and it was not
+        seen lapse (``renew``). With ``wait``, a lease whose row looks lapsed by our wall
+        clock (a hint only: the holder may have crashed, or our clock runs ahead) is
+        watched for one lease duration, so a one-shot command can take over from a
+        crashed stream; a renewal meanwhile means it is live (``False``)."""
+        if self.renew() or not wait:
+            return self._renewed_at is not None
+        state, first = self.current(), self._watched
+        if state is None or first is None or state.live_at(self.clock.now_ms()):
+            return False
+        deadline = self.monotonic.now_ms() + self.duration_ms + 5_000
+        while self.monotonic.now_ms() < deadline:
+            self._stop.wait(min(1.0, self.duration_ms / 3000))
+            if self.renew():
+                return True
+            if self._watched is None or self._watched[0] != first[0]:
+                return False  # the row changed: its holder renewed it, or another took it
+        return False
 
     def renew(self) -> bool:
         """Renew (or take, when free or lapsed) the lease: the heartbeat's path, every third
@@ -104,34 +173,90 @@ class Lease:
         """
         from ttl.delta_log import conflicts
 
+        started = self.monotonic.now_ms()
         now = self.clock.now_ms()
+        was_ours = self._renewed_at is not None
         try:
             ours = self._claim(now)
             if ours is None:  # no row yet: a new lease table
                 ours = self._insert(now)
+            elif not ours:
+                ours = self._take_if_lapsed(now)
         except conflicts():
             # Another writer's commit won the race: the row says who holds the lease, and
-            # if it is still us, until when (our renewal did not happen).
+            # if it is still us, it runs from our previous renewal (this one did not happen).
             state = self.current()
-            if state is not None and state.owner == self.owner and state.live_at(
-                    self.clock.now_ms()):
-                return True  # still ours, from our previous renewal's reading on
+            if state is not None and state.owner == self.owner and self.valid():
+                return True
             ours = False
-        # Taken or renewed: ours from this clock reading on, however long the write took
-        # (a short lease on a loaded machine may look lapsed by now).
-        self._renewed_at = now if ours else None
+        if ours and not was_ours:
+            self._fence_seen = self._fence()  # the fence our writes will expect
+        # Ours from this renewal's start on, however long the write took.
+        self._renewed_at = started if ours else None
         return ours
 
     def _claim(self, now: int) -> bool | None:
-        """The conditional UPDATE; ``None`` when the table has no lease row yet."""
+        """The conditional UPDATE of a row that is ours or free; ``None`` when the table
+        has no lease row yet."""
+        holder = self.holder.replace("'", "''")
+        # Every renewal changes the row, even when the wall clock stood still or went
+        # back: a contender watches the row for changes.
+        changed = self.spark.sql(
+            f"UPDATE delta.`{self.path}` SET owner = '{self.owner}', holder = '{holder}', "
+            f"expires_at = GREATEST({now + self.duration_ms}, coalesce(expires_at, 0) + 1) "
+            f"WHERE id = '{LEASE_ID}' AND "
+            f"(owner = '{self.owner}' OR owner IS NULL)").first()
+        if changed["num_affected_rows"]:
+            self._watched = None
+            return True
+        return None if self._row() is None else False
+
+    def _take_if_lapsed(self, now: int) -> bool:
+        """Another owner's row: watch it; once seen unchanged for a full duration on our
+        monotonic clock, take exactly that row and fence the store table (module
+        docstring)."""
+        state = self.current()
+        if state is None:  # released meanwhile: free
+            return bool(self._claim(now))
+        seen = (state.owner, state.expires_at)
+        mono = self.monotonic.now_ms()
+        if self._watched is None or self._watched[0] != seen:
+            self._watched = (seen, mono)
+            return False
+        if mono - self._watched[1] < self.duration_ms:
+            return False
         holder = self.holder.replace("'", "''")
         changed = self.spark.sql(
             f"UPDATE delta.`{self.path}` SET owner = '{self.owner}', holder = '{holder}', "
             f"expires_at = {now + self.duration_ms} WHERE id = '{LEASE_ID}' AND "
-            f"(owner = '{self.owner}' OR owner IS NULL OR expires_at <= {now})").first()
-        if changed["num_affected_rows"]:
-            return True
-        return None if self._row() is None else False
+            f"owner = '{state.owner}' AND expires_at = {state.expires_at}").first()
+        if not changed["num_affected_rows"]:
+            self._watched = None
+            return False
+        self._watched = None
+        log.warning("took over the lease on %s from %s (its row unchanged for %s ms); "
+                    "fencing the store table", self.path, state.holder, self.duration_ms)
+        self._fence_store()
+        return True
+
+    def _fence(self) -> str | None:
+        from ttl import delta_log
+
+        if not delta_log.is_delta_table(self.spark, self.store_path):
+            return None
+        return delta_log.properties(self.spark, self.store_path).get(PROP_LEASE_FENCE)
+
+    def _fence_store(self) -> None:
+        """Commit our owner id as the store table's fence: the old holder's writes refuse
+        from now on, and one under way fails at commit (a metadata change)."""
+        from ttl import delta_log
+        from ttl.store.layout import set_properties
+
+        if not delta_log.is_delta_table(self.spark, self.store_path):
+            return  # no table yet (a restore's): nothing of the old holder's to fence
+        delta_log.retrying(lambda: set_properties(self.spark, self.store_path,
+                                                  {PROP_LEASE_FENCE: self.owner}),
+                           what="the lease's fence")
 
     def _insert(self, now: int) -> bool:
         """Insert the lease row, ours (a MERGE: two processes that both find no row conflict

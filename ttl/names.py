@@ -43,6 +43,10 @@ PROP_RESEED_REQUIRED = "ttl.changelog.reseed_required"
 # state is at. Its publisher may take over the progress another table published, up to
 # that version (``ttl.changelog.continuity``).
 PROP_CONTINUES_AFTER = "ttl.changelog.continues_after"
+# The owner id of the last process that took the store's lease over from another one it
+# watched lapse: every engine write checks it is its own, or the one it found when it took
+# the lease (``ttl.lease``).
+PROP_LEASE_FENCE = "ttl.lease.fence"
 
 # -- commit metadata ops (``userMetadata.op`` of the engine's commits) -----------------------
 

@@ -78,7 +78,8 @@ def take_lease(lease: Lease, store_name: str, lease_ms: int) -> None:
     so wait that long (plus slack) before giving up with ``StreamOwned``."""
     if lease.held():  # taken a moment ago (``ttl run`` takes it before the stream starts)
         return
-    deadline = time.monotonic() + lease_ms / 1000 + 5
+    # A lapse is seen by watching the row unchanged for a lease duration (``ttl.lease``).
+    deadline = time.monotonic() + 2 * lease_ms / 1000 + 5
     while not lease.acquire():
         other = lease.held_by_other()
         if time.monotonic() > deadline:
@@ -294,6 +295,7 @@ class StreamJob:
         meta = {"op": OP_INPUT_SKIPPED, "store": self.conf.store.name,
                 "lost_input": audit, "input_offsets": position}
         with self.lock, commit.commit_settings(self.spark, meta):
+            self.store.check_lease()
             set_properties(self.spark, self.store.path, {PROP_INPUT_SKIPPED: json.dumps(audit)})
         self.position = position
         log.warning("skipping lost input (stream.on_lost_input = skip): %s; recorded in the "

@@ -213,7 +213,8 @@ def test_a_lease_taken_a_moment_ago_is_held_without_another_merge(spark, table_p
 
     make_store(spark, table_path)
     clock = FixedClock(NOW)
-    lease = Lease(spark, table_path, duration_ms=30_000, clock=clock, holder="stream")
+    lease = Lease(spark, table_path, duration_ms=30_000, clock=clock, monotonic=clock,
+                  holder="stream")
     assert not lease.held()
     take_lease(lease, "ev", 30_000)
     assert lease.held()
@@ -226,7 +227,8 @@ def test_a_lease_taken_a_moment_ago_is_held_without_another_merge(spark, table_p
     assert lease.held() and delta_log.latest_version(spark, lease.path) == version + 1
     lease.release()
     assert not lease.held()
-    other = Lease(spark, table_path, duration_ms=30_000, clock=clock, holder="other")
+    other = Lease(spark, table_path, duration_ms=30_000, clock=clock, monotonic=clock,
+                  holder="other")
     assert other.acquire() and other.held()
     version = delta_log.latest_version(spark, lease.path)
     assert not lease.acquire() and not lease.held()
@@ -259,6 +261,51 @@ def test_a_standalone_operation_that_loses_its_lease_stops_with_lease_lost(spark
                                        f"expires_at = {far}"))
             wait_until(app.lease_lost.is_set, timeout=30, what="the heartbeat's notice")
     assert other.current().holder == "other"                        # not given back by us
+
+
+def test_a_lease_is_taken_over_only_once_seen_unchanged_and_the_old_holder_is_fenced(
+        spark, table_path):
+    """A contender whose wall clock runs 40 s ahead sees the holder's row as expired, but
+    takes the lease only after watching that very row unchanged for a full duration on its
+    own monotonic clock (a renewal meanwhile starts the watch again). Its takeover fences
+    the store table: the old holder, still within its lease by its own clock, refuses its
+    next commit and writes nothing."""
+    from ttl.errors import LeaseLost
+    from ttl.names import PROP_LEASE_FENCE
+
+    store = make_store(spark, table_path)
+    store.apply_records(recs((b"a", b"v", NOW)))
+    mono_h, mono_c = FixedClock(0), FixedClock(0)
+    holder = Lease(spark, table_path, duration_ms=30_000, clock=FixedClock(NOW),
+                   monotonic=mono_h, holder="stream")
+    assert holder.acquire()
+    store.lease = holder
+    store.apply_records(recs((b"b", b"v", NOW)))                    # the holder writes
+    ahead = Lease(spark, table_path, duration_ms=30_000, clock=FixedClock(NOW + 40_000),
+                  monotonic=mono_c, holder="skewed")
+    assert not ahead.acquire()                                      # expired by its clock
+    mono_c.advance(20_000)
+    mono_h.advance(10_000)
+    assert holder.renew()                                           # the row changes
+    mono_c.advance(20_000)
+    assert not ahead.acquire()                                      # the watch starts again
+    mono_c.advance(29_999)
+    assert not ahead.acquire()
+    mono_c.advance(1)
+    assert ahead.acquire() and ahead.current().holder == "skewed"   # unchanged for 30 s
+    assert delta_log.properties(spark, table_path)[PROP_LEASE_FENCE] == ahead.owner
+    version = delta_log.latest_version(spark, table_path)
+    assert holder.valid()                                           # by its own clock
+    with pytest.raises(LeaseLost, match="taken over by"):
+        store.apply_records(recs((b"c", b"v", NOW)))
+    with pytest.raises(LeaseLost):
+        eviction.sweep(store, "wall", NOW + 60_000)
+    mono_h.advance(31_000)                                          # and past its lease
+    with pytest.raises(LeaseLost):
+        store.apply_records(recs((b"c", b"v", NOW)))
+    assert delta_log.latest_version(spark, table_path) == version   # nothing committed
+    store.lease = ahead
+    assert store.apply_records(recs((b"c", b"v", NOW))).applied    # the new holder writes
 
 
 def test_sweeping_an_entry_near_the_int64_floor_reports_its_lateness(spark, table_path):

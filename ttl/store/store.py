@@ -104,6 +104,9 @@ class DeltaStore:
         self._warming: threading.Event | None = None  # set once the new snapshot is computed
         self._background = _Background()  # shared with for_thread twins: one table
         self._api_offset = 0
+        #: The lease this store's writes are made under (``ttl.lease``): set by whoever
+        #: took it (``ttl run``, a standalone command); every commit checks it first.
+        self.lease = None
 
     def for_thread(self) -> DeltaStore:
         """The same store for another writer thread: its own Spark session (commit settings
@@ -122,6 +125,12 @@ class DeltaStore:
         found = [v for v in (delta_log.max_stream_time(self.spark, self.path),
                              int(floor) if floor else None) if v is not None]
         return max(found) if found else None
+
+    def check_lease(self) -> None:
+        """Refuse (``LeaseLost``) to commit unless the lease taken for this store's writes
+        is still ours (``Lease.check``); no lease set: a library user's store, unguarded."""
+        if self.lease is not None:
+            self.lease.check(self.spark, self.path)
 
     def now(self) -> int:
         """The store's clock for reads: wall, stream time, or the larger (BRIEF §4)."""
@@ -149,7 +158,7 @@ class DeltaStore:
             lambda: apply_batch(self.spark, self.path, self.dead_letter_path, table,
                                 sem=self.sem, wall_ms=wall, t0=t0, metadata=meta, txn=txn,
                                 phases=phases, keep_changes=keep_changes, done=done,
-                                lookup=self.lookup),
+                                lookup=self.lookup, fence=self.check_lease),
             what=f"batch of {self.conf.name}")
         result.retries = retries
         self.stream_time.advance(final["stream_time"])

@@ -38,6 +38,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ttl import commit, delta_log
@@ -279,7 +280,8 @@ def apply_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
                 wall_ms: int, t0: int, metadata: dict,
                 txn: tuple[str, int] | None = None, phases=None,
                 keep_changes: bool = False, done: set[str] | None = None,
-                lookup: Lookup | None = None) -> tuple[WriteResult, dict]:
+                lookup: Lookup | None = None,
+                fence: Callable[[], None] | None = None) -> tuple[WriteResult, dict]:
     """Apply ``records`` (an Arrow table, or a DataFrame, in ``fold.input_arrow_schema()``)
     in one store commit; returns the result and the final metadata.
 
@@ -291,6 +293,8 @@ def apply_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
     right after the one the lookup read. ``done`` carries what an earlier attempt of this
     batch already wrote (its dead letters: the same records are rejected again) across a
     run again after a conflict. ``lookup`` reads the stored rows (default: ``Lookup()``).
+    ``fence`` raises when this process may no longer commit (the store's lease, checked
+    right before the write, and again by a retry).
     """
     done = set() if done is None else done
     phases = phases or BatchPhases()
@@ -310,6 +314,8 @@ def apply_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
         # (an operator's DELETE, another process's sweep) would be overwritten by a fold
         # computed without it, so the lookup and fold run again on the new version.
         version_before = delta_log.latest_version(spark, path)
+        if fence is not None:
+            fence()
         if version_before == lookup_version:
             break
         log.info("%s: version %s landed after the batch's lookup at %s; looking up again",
