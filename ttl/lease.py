@@ -83,6 +83,10 @@ class Lease:
         # Another owner's row as first seen: ((owner, expires_at), monotonic reading).
         self._watched: tuple[tuple[str, int], int] | None = None
         self._fence_seen: str | None = None  # the store's fence when we took the lease
+        # One renewal at a time: the heartbeat and a write's check may both renew, and two
+        # UPDATEs of our own row would conflict, the loser taking itself for lost.
+        self._renewing = threading.Lock()
+        self._on_lost = None  # the heartbeat's ``on_lost``: a fenced check calls it too
         self.spark.sql(f"CREATE TABLE IF NOT EXISTS delta.`{self.path}` ({LEASE_COLUMNS}) "
                        f"USING delta {PLAIN_TABLE}")
 
@@ -128,6 +132,8 @@ class Lease:
                             "lost it): refusing to commit")
         fence = delta_log.properties(spark, store_path).get(PROP_LEASE_FENCE)
         if fence not in (self._fence_seen, self.owner):
+            self._renewed_at = None
+            self._lost()  # the stream stops, a command is interrupted
             raise LeaseLost(f"the lease on {store_path} was taken over by {fence} "
                             "(ttl.lease.fence on the store table): refusing to commit")
 
@@ -144,6 +150,17 @@ class Lease:
         clock (a hint only: the holder may have crashed, or our clock runs ahead) is
         watched for one lease duration, so a one-shot command can take over from a
         crashed stream; a renewal meanwhile means it is live (``False``)."""
+        held = self._renewed_at is not None
+        if self._acquire(wait):
+            if not held:
+                # The fence our writes will expect: only a new taking (here) adopts the
+                # store's fence; a renewal (heartbeat, ``check``) never does, so a process
+                # that lost its lease cannot make a newer holder's fence its own.
+                self._fence_seen = self._fence()
+            return True
+        return False
+
+    def _acquire(self, wait: bool) -> bool:
         if self.renew() or not wait:
             return self._renewed_at is not None
         state, first = self.current(), self._watched
@@ -171,11 +188,14 @@ class Lease:
         of the row afterwards), against about 1 s for the UPDATE, every ten seconds of a
         stream's life on a 2-core machine.
         """
+        with self._renewing:
+            return self._renew()
+
+    def _renew(self) -> bool:
         from ttl.delta_log import conflicts
 
         started = self.monotonic.now_ms()
         now = self.clock.now_ms()
-        was_ours = self._renewed_at is not None
         try:
             ours = self._claim(now)
             if ours is None:  # no row yet: a new lease table
@@ -189,8 +209,6 @@ class Lease:
             if state is not None and state.owner == self.owner and self.valid():
                 return True
             ours = False
-        if ours and not was_ours:
-            self._fence_seen = self._fence()  # the fence our writes will expect
         # Ours from this renewal's start on, however long the write took.
         self._renewed_at = started if ours else None
         return ours
@@ -285,6 +303,7 @@ class Lease:
         """Renew every third of the duration in a daemon thread; ``on_lost`` once the lease
         is lost: another writer holds it, or renewals failed until it lapsed."""
         self._stop.clear()  # a lease released earlier may be taken and beaten again
+        self._on_lost = on_lost
 
         interval_ms = self.duration_ms / 3
 
@@ -314,13 +333,19 @@ class Lease:
                     log.error("lease on %s lapsed: renewals failed for %s ms", self.path,
                               self.duration_ms, exc_info=True)
                 self._renewed_at = None
-                if on_lost:
-                    on_lost()
+                self._lost()
                 return
         self._thread = threading.Thread(target=beat, name="ttl-lease", daemon=True)
         self._thread.start()
 
+    def _lost(self) -> None:
+        """Tell ``on_lost`` once, whoever found the lease lost first."""
+        on_lost, self._on_lost = self._on_lost, None
+        if on_lost is not None:
+            on_lost()
+
     def stop_heartbeat(self) -> None:
+        self._on_lost = None
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)

@@ -111,3 +111,65 @@ def test_a_checkpoint_from_before_a_restore_is_refused_not_resumed_past_the_tabl
     assert table_rows(spark, new) == expected                       # the 20 keys arrived
     rebuilt = rebuild_from_changelog(_consume_everything(kafka, conf.kafka.changelog_topic))
     assert {k: v[0] for k, v in rebuilt.items()} == {k: v[0] for k, v in expected.items()}
+
+
+def test_a_stream_stopped_past_its_lease_cannot_commit_after_another_process_took_it(
+        spark, kafka, tmp_path):
+    """The stream's whole process group is frozen (SIGSTOP) past its lease; `ttl evict`
+    watches the lease row unchanged for a lease duration, takes it (fencing the store
+    table), sweeps and gives it back; the stream is resumed (SIGCONT) with new input
+    waiting. Its next commit is refused (the fence is not its own, or its heartbeat finds
+    the lease lost first): it writes nothing and stops naming the lease; the next run
+    applies that input, so nothing is lost. (The fence alone, deterministically, with
+    injected clocks: test_eviction's takeover test.)"""
+    import os
+    import signal
+    import subprocess
+
+    from tests.e2e.test_stream_job import TTL_BIN
+    from tests.support import wait_until
+    from ttl.names import OP_BATCH, PROP_LEASE_FENCE
+
+    # Stream-time sweeps only: no wall sweep of the stream's scheduler publishes (and so
+    # meets the fenced producer) before the batch tries its commit.
+    conf_path = write_conf(tmp_path, kafka, lease="5s", clock="stream")
+    conf = load(conf_path)
+    now = int(time.time() * 1000)
+    first, later = records(now, 0, 20), records(now, 20, 10)
+    produce(kafka, conf_path, first)
+    log_path = tmp_path / "stream.stderr"
+    with log_path.open("w") as log_file:
+        stream = subprocess.Popen([TTL_BIN, "run", "--conf", str(conf_path)],
+                                  stdout=subprocess.DEVNULL, stderr=log_file,
+                                  start_new_session=True)
+    try:
+        wait_until(lambda: stream.poll() is not None or '"records_in": 20' in
+                   log_path.read_text(), timeout=240, what="the stream's first batch")
+        assert stream.poll() is None, log_path.read_text()[-4000:]
+        os.killpg(stream.pid, signal.SIGSTOP)                       # frozen, lease and all
+        swept = ttl("evict", "--conf", str(conf_path))
+        assert swept.returncode == 0 and "skipped" not in swept.stdout, \
+            (swept.stdout, swept.stderr[-4000:])
+        fence = delta_log.properties(spark, conf.store.path).get(PROP_LEASE_FENCE)
+        assert fence is not None                                    # the takeover fenced it
+        fenced_at = delta_log.latest_version(spark, conf.store.path)
+        produce(kafka, conf_path, later)
+        os.killpg(stream.pid, signal.SIGCONT)
+        stream.wait(timeout=240)
+    finally:
+        if stream.poll() is None:
+            os.killpg(stream.pid, signal.SIGCONT)
+            os.killpg(stream.pid, signal.SIGTERM)
+            stream.wait(timeout=120)
+    text = log_path.read_text()
+    # Refused by the fence, or stopped first by its heartbeat's renewal, which finds the
+    # row taken or changed (whichever thread comes first after SIGCONT): never committed.
+    assert stream.returncode != 0 and ("refusing to commit" in text
+                                       or "lost to another writer" in text), text[-4000:]
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{conf.store.path}`").collect()
+    late = [r.version for r in history if r.version > fenced_at and r.userMetadata
+            and f'"op":"{OP_BATCH}"' in r.userMetadata]
+    assert late == [], late                                         # nothing after the fence
+    resumed = ttl("run", "--conf", str(conf_path), "--available-now")
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    assert table_rows(spark, conf.store.path) == model_of(first, later, now=now)
