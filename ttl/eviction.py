@@ -93,7 +93,7 @@ def sweep(store, clock: SweepClock, t: int | None = None, *, dry_run: bool = Fal
             "sweep_id": result.sweep_id, "stream_time": store.stream_time.value}
 
     def delete() -> None:
-        store.check_lease()
+        store.check_writable()
         with commit.commit_settings(store.spark, meta):
             store.spark.sql(f"DELETE FROM delta.`{store.path}` WHERE {predicate}")
 
@@ -236,7 +236,7 @@ def alter_ttl(store, new_ttl: int | None, *, dry_run: bool = False,
     def update() -> None:
         from delta.tables import DeltaTable
 
-        store.check_lease()
+        store.check_writable()
         with commit.commit_settings(store.spark, meta):
             DeltaTable.forPath(store.spark, store.path).update(
                 f"record_ttl IS NULL AND (expires_at IS NULL OR expires_at > {int(at)})",
@@ -256,7 +256,7 @@ def optimize(store) -> None:
     """Compact small files and cluster them by ``expires_at`` so sweeps skip more files; then
     checkpoint in the background when one is due (other writers' commits too)."""
     def compact() -> None:
-        store.check_lease()
+        store.check_writable()
         store.spark.sql(f"OPTIMIZE delta.`{store.path}` ZORDER BY (expires_at)")
 
     retrying(compact, what="OPTIMIZE")
@@ -297,5 +297,5 @@ def vacuum(store, retention_ms: int, minimum_ms: int, published: int | None) -> 
                 f"changelog and was committed {age} ago; RETAIN {hours} HOURS would remove "
                 "its change data")
     store.spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
-    store.check_lease()  # VACUUM commits its start and end to the table's log
+    store.check_writable()  # VACUUM commits its start and end to the table's log
     store.spark.sql(f"VACUUM delta.`{store.path}` RETAIN {hours} HOURS")

@@ -118,7 +118,7 @@ class Lease:
     def check(self, spark, store_path: str) -> None:
         """Refuse (``LeaseLost``) a write to the store unless we hold the lease now: it
         runs on our monotonic clock, and no contender fenced the store table since we took
-        it. Called before every commit of the store (``DeltaStore.check_lease``) and again
+        it. Called before every commit of the store (``DeltaStore.check_writable``) and again
         by a write's retry after a conflict (a fence's commit is one)."""
         from ttl import delta_log
 

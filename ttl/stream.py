@@ -295,7 +295,7 @@ class StreamJob:
         meta = {"op": OP_INPUT_SKIPPED, "store": self.conf.store.name,
                 "lost_input": audit, "input_offsets": position}
         with self.lock, commit.commit_settings(self.spark, meta):
-            self.store.check_lease()
+            self.store.check_writable()
             set_properties(self.spark, self.store.path, {PROP_INPUT_SKIPPED: json.dumps(audit)})
         self.position = position
         log.warning("skipping lost input (stream.on_lost_input = skip): %s; recorded in the "

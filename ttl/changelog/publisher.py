@@ -243,7 +243,17 @@ class Publisher:
         self.producer = None
 
     def table_version(self) -> int:
-        return delta_log.latest_version(self.spark, self.path)
+        """The table's newest Delta version; ``ChangelogMismatch`` when the table is no
+        longer the one this publisher was made for (removed or created again meanwhile:
+        its versions would start below the progress and never be published)."""
+        version, table_id = delta_log.position(self.spark, self.path)
+        if version < 0 or table_id != self.table_id:
+            what = "removed" if version < 0 else f"replaced (Delta table id {table_id})"
+            raise ChangelogMismatch(
+                f"the table at {self.path} (Delta table id {self.table_id}) was {what} while "
+                f"its publisher ran: nothing more of it is published. Operator action: "
+                f"{continuity.RESTORE_ACTION}")
+        return version
 
     def publish(self, until: int | None = None) -> PublishResult:
         """Publish every version after the last published one, up to the table's (Delta)

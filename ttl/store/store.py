@@ -98,6 +98,7 @@ class DeltaStore:
             raw = self.properties.get(PROP_TTL)
             self.sem = replace(self.sem, ttl=None if raw in (None, "none") else int(raw))
         layout.ensure_dead_letter_table(self.spark, self.dead_letter_path)
+        self.table_id = delta_log.position(self.spark, self.path)[1]  # writes check it
         self.stream_time = StreamTime(self.recover_stream_time())
         self.expiry_floor = ExpiryFloor()  # shared with for_thread twins: one table
         self.lookup = Lookup(conf.lookup)
@@ -126,9 +127,20 @@ class DeltaStore:
                              int(floor) if floor else None) if v is not None]
         return max(found) if found else None
 
-    def check_lease(self) -> None:
-        """Refuse (``LeaseLost``) to commit unless the lease taken for this store's writes
-        is still ours (``Lease.check``); no lease set: a library user's store, unguarded."""
+    def check_writable(self) -> None:
+        """Refuse to commit unless the table is still the one this store opened
+        (``StoreMissing``: removed, or created again, meanwhile: a write would make a new
+        table there that the changelog's progress does not continue) and the lease taken
+        for this store's writes is still ours (``LeaseLost``, ``Lease.check``; no lease
+        set: a library user's store, unguarded). Called before every commit."""
+        from ttl.errors import StoreMissing
+
+        version, table_id = delta_log.position(self.spark, self.path)
+        if version < 0 or table_id != self.table_id:
+            what = "removed" if version < 0 else f"replaced (Delta table id {table_id})"
+            raise StoreMissing(f"store {self.conf.name}: the table at {self.path} (Delta table "
+                               f"id {self.table_id}) was {what} while the store was open: "
+                               "refusing to commit")
         if self.lease is not None:
             self.lease.check(self.spark, self.path)
 
@@ -158,7 +170,7 @@ class DeltaStore:
             lambda: apply_batch(self.spark, self.path, self.dead_letter_path, table,
                                 sem=self.sem, wall_ms=wall, t0=t0, metadata=meta, txn=txn,
                                 phases=phases, keep_changes=keep_changes, done=done,
-                                lookup=self.lookup, fence=self.check_lease),
+                                lookup=self.lookup, fence=self.check_writable),
             what=f"batch of {self.conf.name}")
         result.retries = retries
         self.stream_time.advance(final["stream_time"])
