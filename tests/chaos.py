@@ -21,6 +21,15 @@ Each run, on its own store and topics:
    - ``drill``: drained, then ``ttl drill`` killed and run again (it must match);
    - ``restore``: drained, then ``ttl restore --target`` killed and run again; the restored
      table must equal the store's;
+   - ``lost_dir``: the store's directory is removed under a running ``ttl run``;
+   - ``restore_restart``: ``ttl run`` killed -9, the store's directory lost, the checkpoint
+     kept (Kubernetes restarts the job as it was);
+   - ``clock_ahead``: while ``ttl run`` runs, a second process whose wall clock runs 25 s
+     ahead (an injected clock) tries to take the lease for two lease durations; it must
+     not get it (``lease_stolen``), then the stream is killed -9;
+   after ``lost_dir`` and ``restore_restart`` the harness runs ``ttl run --available-now``
+   and takes each action a refusal names (``ttl restore``, moving the checkpoint away),
+   as an operator would, until the run succeeds;
    a last ``ttl run --available-now`` finishes the input;
 3. the table is compared with the reference model fed the same records (each key's
    records in offset order; the TTL is long, so batch boundaries do not matter) and the
@@ -55,7 +64,8 @@ from ttl.config import load
 from ttl.model import ReferenceStore, Semantics
 from ttl.record import InputRecord
 
-FAULTS = ("stream", "sweep", "broker", "drill", "storm", "restore")
+FAULTS = ("stream", "sweep", "broker", "drill", "storm", "restore", "lost_dir",
+          "restore_restart", "clock_ahead")
 
 
 @dataclass
@@ -68,6 +78,8 @@ class RunResult:
     changelog_mismatches: int
     copy_mismatches: int = 0  # drills and restores that did not match the table
     died: int = 0  # stream jobs that ended by themselves (broker restart, conflict storm)
+    lease_stolen: int = 0  # a clock-ahead contender took the lease of a live stream
+    actions: list[str] | None = None  # the operator actions refusals named, taken in turn
 
     @property
     def kills(self) -> int:
@@ -76,13 +88,15 @@ class RunResult:
     @property
     def ok(self) -> bool:
         return not (self.lost or self.resurrected or self.changelog_mismatches
-                    or self.copy_mismatches)
+                    or self.copy_mismatches or self.lease_stolen)
 
     def line(self) -> str:
         return (f"run seed={self.seed}: faults={','.join(self.faults)} records={self.records} "
                 f"lost={self.lost} resurrected={self.resurrected} "
                 f"changelog_mismatches={self.changelog_mismatches} "
                 f"copy_mismatches={self.copy_mismatches} died={self.died} "
+                f"lease_stolen={self.lease_stolen} "
+                f"actions={','.join(self.actions or []) or '-'} "
                 f"{'OK' if self.ok else 'FAILED'}")
 
 
@@ -161,6 +175,13 @@ def run_one(spark, kafka, work: Path, seed: int, *, kills: int = 2, records: int
         if fault in ("stream", "broker", "storm"):
             result.died += _kill_the_stream(spark, kafka, conf, conf_path, rng, fault, seed)
             continue
+        if fault == "clock_ahead":
+            result.lease_stolen += _contend_with_a_clock_ahead(spark, conf, conf_path, rng)
+            continue
+        if fault in ("lost_dir", "restore_restart"):
+            _lose_the_store(conf, conf_path, rng, fault)
+            result.actions = (result.actions or []) + _recover(conf, conf_path, work, part)
+            continue
         _ttl(conf_path, "run", "--available-now")  # drained: the model is exact here
         model.apply_batch(_in_order(pending), now)
         pending = []
@@ -227,6 +248,106 @@ def _killed_then_done(conf_path: Path, rng: random.Random, *args: str,
         job.send_signal(signal.SIGKILL)
         job.wait(timeout=60)
     return _ttl(conf_path, *args, ok=ok)
+
+
+def _lose_the_store(conf, conf_path: Path, rng: random.Random, fault: str) -> None:
+    """``lost_dir``: the store's directory removed under a running stream (which must then
+    stop, or be killed, without creating a table there); ``restore_restart``: the stream
+    killed -9 at a random moment, then the directory removed (the checkpoint kept)."""
+    import shutil
+
+    job = subprocess.Popen([TTL_BIN, "run", "--conf", str(conf_path)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        try:
+            job.wait(timeout=rng.uniform(8, 30))
+        except subprocess.TimeoutExpired:
+            if fault == "restore_restart":
+                job.send_signal(signal.SIGKILL)
+            shutil.rmtree(conf.store.path, ignore_errors=True)
+            try:
+                job.wait(timeout=15)  # a batch or sweep meanwhile refuses: it stops
+            except subprocess.TimeoutExpired:
+                pass  # idle: killed (what Kubernetes restarts is refused then)
+    finally:
+        if job.poll() is None:
+            job.send_signal(signal.SIGKILL)
+            job.wait(timeout=60)
+    shutil.rmtree(conf.store.path, ignore_errors=True)  # a job that ended first: lost now
+
+
+def _recover(conf, conf_path: Path, work: Path, part: int) -> list[str]:
+    """Drain the input with ``ttl run --available-now``, taking each action its refusal
+    names (as an operator would) until it succeeds; returns the actions taken."""
+    import shutil
+
+    actions: list[str] = []
+    for _ in range(6):
+        done = subprocess.run([TTL_BIN, "run", "--conf", str(conf_path), "--available-now"],
+                              capture_output=True, text=True, timeout=900)
+        if done.returncode == 0:
+            return actions
+        err = done.stderr
+        if "move the checkpoint directory away" in err:
+            shutil.move(conf.stream.checkpoint, work / f"checkpoint-{part}-{len(actions)}")
+            actions.append("move_checkpoint")
+        elif "ttl restore" in err:
+            _ttl(conf_path, "restore")
+            actions.append("restore")
+        elif "owned by" in err:  # a killed job's lease: lapses within a lease duration
+            actions.append("wait_lease")
+        else:
+            raise RuntimeError(f"ttl run refused with no action the harness knows: "
+                               f"{err[-3000:]}")
+    raise RuntimeError(f"ttl run still refused after {actions}")
+
+
+def _contend_with_a_clock_ahead(spark, conf, conf_path: Path, rng: random.Random) -> int:
+    """A running stream; a second process whose wall clock runs 25 s ahead tries to take
+    the lease for two lease durations (the stream renews it meanwhile); then the stream is
+    killed -9. Returns 1 if the contender took the live stream's lease."""
+    from ttl.clock import WallClock
+    from ttl.lease import Lease
+
+    class Ahead(WallClock):
+        def now_ms(self) -> int:
+            return super().now_ms() + 25_000
+
+    job = subprocess.Popen([TTL_BIN, "run", "--conf", str(conf_path)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    stolen = 0
+    try:
+        from tests.support import wait_until
+
+        lease_path = Path(conf.store.path + "_lease")
+
+        def held_by_the_stream() -> bool:
+            if job.poll() is not None:
+                return True
+            if not (lease_path / "_delta_log").exists():
+                return False
+            state = Lease(spark, conf.store.path).current()
+            return state is not None and state.holder.startswith("stream:")
+
+        wait_until(held_by_the_stream, timeout=180, interval=1.0, what="the stream's lease")
+        time.sleep(rng.uniform(2, 8))  # the fault's moment is random by design
+        # It watches three of the stream's lease durations: a stream on a loaded machine
+        # may miss one (then taking it is right), not three renewals in a row.
+        watch = 3 * conf.eviction.lease
+        contender = Lease(spark, conf.store.path, duration_ms=watch, clock=Ahead(),
+                          holder="clock-ahead")
+        deadline = time.monotonic() + 2 * watch / 1000
+        while time.monotonic() < deadline and job.poll() is None:
+            if contender.acquire():
+                stolen = 1 if job.poll() is None else 0  # a dead stream's lease may lapse
+                contender.release()
+                break
+            time.sleep(0.5)
+    finally:
+        if job.poll() is None:
+            job.send_signal(signal.SIGKILL)
+        job.wait(timeout=60)
+    return stolen
 
 
 def _wait_for_leaders(kafka, conf, timeout: float = 180) -> None:
@@ -350,7 +471,8 @@ def main() -> None:
           f"resurrected={sum(r.resurrected for r in results)} "
           f"changelog_mismatches={sum(r.changelog_mismatches for r in results)} "
           f"copy_mismatches={sum(r.copy_mismatches for r in results)} "
-          f"died={sum(r.died for r in results)}", flush=True)
+          f"died={sum(r.died for r in results)} "
+          f"lease_stolen={sum(r.lease_stolen for r in results)}", flush=True)
     sys.exit(0 if all(r.ok for r in results) else 1)
 
 

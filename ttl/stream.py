@@ -316,10 +316,10 @@ class StreamJob:
                  f"{self.conf.kafka.input_topic} at {checkpoint}")
         if self.position_unknown:
             raise CheckpointAhead(
-                f"{where}, but the table was restored without an input position (a point-in-"
-                "time restore, or a changelog without progress): which input it holds is "
-                "unknown, and resuming at the checkpoint (older than the restore) could skip "
-                "records; nothing was read")
+                f"{where}, but the table records no input position (it was created anew, or "
+                "restored from a point in time or a changelog without progress): which input "
+                "it holds is unknown, and resuming at the checkpoint (another table's, or "
+                "older than the restore) could skip records; nothing was read")
         gaps = input_position.gaps_ahead(checkpoint, self.position)
         topic = self.conf.kafka.input_topic
         skipped = {p: (a, b) for p, (a, b) in gaps.items()
@@ -368,6 +368,10 @@ class StreamJob:
                 position.setdefault(str(p), int(o))
             if meta.get("op") in (OP_RESTORE, OP_INPUT_SKIPPED) or meta.get("whole_position"):
                 break
+        else:
+            # No commit records a position (a new table): a checkpoint with batches was
+            # another table's, and its position says nothing of what this one holds.
+            self.position_unknown = not position
         return position
 
     def _checkpoint_position(self) -> dict[str, int] | None:

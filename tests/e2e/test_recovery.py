@@ -13,8 +13,10 @@ import pytest
 
 from tests.e2e.test_stream_job import _consume_everything, produce, table_rows, ttl, write_conf
 from tests.support import clients, rebuild_from_changelog
-from ttl import delta_log
+from ttl import app, delta_log
+from ttl.app import App
 from ttl.config import load
+from ttl.errors import StoreMissing
 from ttl.model import ReferenceStore, Semantics
 from ttl.record import InputRecord
 
@@ -40,28 +42,24 @@ def test_a_lost_store_directory_is_refused_by_every_command_until_restored(
     """The store's directory is removed between two runs, the checkpoint kept. Before, the
     second run created an empty table whose versions stayed below the changelog's progress,
     so nothing of it was published again. Now neither the run nor a sweep creates a table;
-    both name `ttl restore`, which rebuilds the store, and the next run loses nothing."""
+    both name `ttl restore`, which rebuilds the store, and the next run loses nothing. (In
+    this process, for speed: the command line's one-line errors are test_command_line's.)"""
     conf_path = write_conf(tmp_path, kafka)
     conf = load(conf_path)
     now = int(time.time() * 1000)
     first = records(now, 0, 60)
     produce(kafka, conf_path, first)
-    done = ttl("run", "--conf", str(conf_path), "--available-now")
-    assert done.returncode == 0, done.stderr[-4000:]
+    app.run(conf, available_now=True)
     shutil.rmtree(conf.store.path)                                  # the loss
     later = records(now, 100, 5, keys=5)
     produce(kafka, conf_path, later)
-    for args in (("run", "--available-now"), ("evict", "--dry-run")):
-        refused = ttl(*args[:1], "--conf", str(conf_path), *args[1:])
-        assert refused.returncode == 2, (args, refused.stdout, refused.stderr[-4000:])
-        assert "no store table" in refused.stderr and "ttl restore" in refused.stderr, \
-            refused.stderr[-4000:]
-        assert "Traceback" not in refused.stderr, refused.stderr[-4000:]
-        assert not Path(conf.store.path).exists(), args             # nothing created
-    restored = ttl("restore", "--conf", str(conf_path))
-    assert restored.returncode == 0, restored.stderr[-4000:]
-    resumed = ttl("run", "--conf", str(conf_path), "--available-now")
-    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    with pytest.raises(StoreMissing, match="holds versions up to .*ttl restore"):
+        app.run(conf, available_now=True)
+    with pytest.raises(StoreMissing, match="no store table"):
+        app.evict(App(conf, spark=spark), "wall", None, dry_run=True)
+    assert not Path(conf.store.path).exists()                       # nothing created
+    app.restore(App(conf, spark=spark))
+    app.run(conf, available_now=True)
     expected = model_of(first, later, now=now)
     assert table_rows(spark, conf.store.path) == expected           # nothing lost
     rebuilt = rebuild_from_changelog(_consume_everything(kafka, conf.kafka.changelog_topic))
@@ -76,6 +74,7 @@ def test_a_checkpoint_from_before_a_restore_is_refused_not_resumed_past_the_tabl
     records and the 20 later keys never reached the table. Now it is refused naming the
     checkpoint; with it moved away the run re-applies the input and loses nothing."""
     from ttl.changelog.publisher import read_progress
+    from ttl.errors import CheckpointAhead, ReseedRequired
     from ttl.names import progress_topic
 
     conf_path = write_conf(tmp_path, kafka)
@@ -83,30 +82,25 @@ def test_a_checkpoint_from_before_a_restore_is_refused_not_resumed_past_the_tabl
     now = int(time.time() * 1000)
     first, later = records(now, 0, 30), records(now, 30, 20)
     produce(kafka, conf_path, first)
-    assert ttl("run", "--conf", str(conf_path), "--available-now").returncode == 0
+    app.run(conf, available_now=True)
     point = read_progress(clients(conf, kafka), progress_topic(conf.kafka.changelog_topic))
     produce(kafka, conf_path, later)
-    assert ttl("run", "--conf", str(conf_path), "--available-now").returncode == 0
+    app.run(conf, available_now=True)
     shutil.rmtree(conf.store.path)                                  # the loss
     new = str(tmp_path / "restored")
-    restored = ttl("restore", "--conf", str(conf_path), "--until-version", str(point.version),
-                   "--target", new)
-    assert restored.returncode == 0, restored.stderr[-4000:]
+    app.restore(App(conf, spark=spark), target=new, until_version=point.version)
     conf_path.write_text(conf_path.read_text().replace(f'path = "{conf.store.path}"',
                                                        f'path = "{new}"'))
-    refused = ttl("run", "--conf", str(conf_path), "--available-now")
-    assert refused.returncode == 2 and "--reseed" in refused.stderr, refused.stderr[-4000:]
-    reseeded = ttl("publish", "--conf", str(conf_path), "--reseed")
-    assert reseeded.returncode == 0, reseeded.stderr[-4000:]
+    conf = load(conf_path)                                          # pointed at NEW
+    with pytest.raises(ReseedRequired):
+        app.run(conf, available_now=True)
+    app.publish(App(conf, spark=spark), reseed=True)
     version = delta_log.latest_version(spark, new)
-    refused = ttl("run", "--conf", str(conf_path), "--available-now")
-    assert refused.returncode == 2, refused.stderr[-4000:]
-    assert "checkpoint" in refused.stderr and "move the checkpoint directory away" in \
-        refused.stderr and "Traceback" not in refused.stderr, refused.stderr[-4000:]
+    with pytest.raises(CheckpointAhead, match="records no input position"):
+        app.run(conf, available_now=True)
     assert delta_log.latest_version(spark, new) == version          # nothing written
     shutil.move(conf.stream.checkpoint, tmp_path / "old-checkpoint")  # the named action
-    resumed = ttl("run", "--conf", str(conf_path), "--available-now")
-    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    app.run(conf, available_now=True)
     expected = model_of(first, later, now=now)
     assert table_rows(spark, new) == expected                       # the 20 keys arrived
     rebuilt = rebuild_from_changelog(_consume_everything(kafka, conf.kafka.changelog_topic))
