@@ -70,6 +70,14 @@ class CheckpointAhead(TtlError):
               "none, re-applying them in order).")
 
 
+class StaleLookup(TtlError):
+    """Other commits kept landing between a batch's lookup of its keys and its write, so
+    the batch could not be folded against the version it would write on."""
+
+    action = ("find the process committing to the store table beside the engine (an "
+              "operator's job in a loop?) and stop it; the batch runs again on restart.")
+
+
 class ChangeFeedGone(TtlError):
     """Versions the publisher has not published have no change data any more (a VACUUM, or
     the log's retention, removed it): they cannot be published one by one."""

@@ -42,6 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ttl import commit, delta_log
+from ttl.errors import StaleLookup
 from ttl.model import Counts, Semantics
 from ttl.names import PROP_LAST_NOOP_BATCH, PROP_STREAM_TIME_FLOOR
 from ttl.phases import BatchPhases
@@ -55,10 +56,6 @@ log = logging.getLogger(__name__)
 
 #: How many times a batch looks up and folds again when commits land after its lookup.
 STALE_LOOKUPS = 5
-
-
-class StaleLookup(Exception):
-    """Commits kept landing between a batch's lookup and its write."""
 
 
 @dataclass
