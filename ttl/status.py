@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 import pyarrow as pa
 
 from ttl import commit
+from ttl.changelog import continuity
 from ttl.changelog.format import version_offset
 from ttl.clock import WallClock, batch_clock
 from ttl.config import Config
@@ -115,15 +116,14 @@ class StoreView:
         return None
 
 
-def _changelog_progress(conf: Config, kafka) -> tuple[int, int | None] | None:
-    """(published changelog version, its stream time), or ``None`` without a changelog
-    position (no reachable brokers, no progress topic)."""
+def _changelog_progress(conf: Config, kafka):
+    """The changelog's progress (``Progress``), or ``None`` without a changelog position
+    (no reachable brokers, no progress topic)."""
     from ttl.changelog.publisher import published_progress
 
     if kafka is None:
         return None
-    progress = published_progress(kafka, progress_topic(conf.kafka.changelog_topic))
-    return None if progress is None else (progress.version, progress.stream_time)
+    return published_progress(kafka, progress_topic(conf.kafka.changelog_topic))
 
 
 def status(conf: Config, kafka=None, *, wall_ms: int | None = None) -> dict[str, object]:
@@ -132,7 +132,7 @@ def status(conf: Config, kafka=None, *, wall_ms: int | None = None) -> dict[str,
     view = StoreView.open(conf)
     progress = _changelog_progress(conf, kafka)
     wall = WallClock().now_ms() if wall_ms is None else wall_ms
-    stream_time = view.stream_time(progress[1] if progress else None)
+    stream_time = view.stream_time(progress.stream_time if progress else None)
     now = batch_clock(conf.eviction.clock, wall, stream_time)
     store = view.table
     counts = query({"store": store}, "SELECT count(*) AS total, "
@@ -151,7 +151,17 @@ def status(conf: Config, kafka=None, *, wall_ms: int | None = None) -> dict[str,
         out["changelog lag (versions)"] = ("unknown (embedded broker not running)"
                                            if kafka is None else NO_PROGRESS_TOPIC)
         return out
-    published = progress[0] - version_offset(view.properties)  # a Delta version
+    # A table the changelog does not continue (created again at the path...) has no lag:
+    # nothing of it is published, and the publisher refuses it.
+    why = continuity.refusal(
+        continuity.table_at_path(conf.store.path, view.table.metadata().id, view.version,
+                                 view.properties),
+        continuity.PublishedSoFar(conf.kafka.changelog_topic, progress.version,
+                                  progress.table_id))
+    if why is not None:
+        out["changelog lag (versions)"] = f"unknown: {why}"
+        return out
+    published = progress.version - version_offset(view.properties)  # a Delta version
     out["published version"] = published
     out["changelog lag (versions)"] = max(0, view.version - published)
     if published >= view.version:
@@ -249,6 +259,9 @@ def health(conf: Config, kafka=None, *, require_stream: bool = False,
         reasons.append(f"the changelog {conf.kafka.changelog_topic} has no progress topic "
                        f"{progress_topic(conf.kafka.changelog_topic)}, so nothing is "
                        "published: run `ttl topic create`, then `ttl run`")
+    versions = out.get("changelog lag (versions)")
+    if isinstance(versions, str) and versions.startswith("unknown: "):
+        reasons.append(f"the changelog lag is {versions}")  # the table it does not continue
     lag = out.get("changelog lag (seconds)")
     limit = conf.maintenance.publisher_max_lag / 1000
     if isinstance(lag, float) and lag > limit:

@@ -41,3 +41,46 @@ def test_health_without_the_progress_topic_is_unhealthy_naming_it_and_the_action
     # A topic just created may take a moment to have a leader (until then: "no topic").
     wait_until(lambda: status.health(conf, kafka_clients).ok, timeout=30,
                what="health once the progress topic exists")
+
+
+def test_a_table_created_again_at_the_path_is_refused_and_unhealthy_not_lag_0(
+        spark, kafka, tmp_path):
+    """Issue 31, scenario 1: the store's table is published, its directory lost, and an
+    empty table created at the path (by any writer). Its versions are below the progress,
+    so `ttl status` said lag 0 and the publisher published nothing of it, ever. Now the
+    publisher refuses it, `ttl restore` refuses to overwrite it unseen, and health names
+    the table the changelog does not continue."""
+    import shutil
+
+    from ttl.app import App, restore
+    from ttl.changelog.publisher import Publisher
+    from ttl.errors import ChangelogMismatch, RestoreError
+
+    name = f"recreated-{uuid.uuid4().hex[:8]}"
+    conf = config.from_dict({
+        "store": {"name": "recreated", "path": str(tmp_path / "store")},
+        "kafka": {"bootstrap_servers": kafka.bootstrap_servers, "input_topic": f"{name}-in",
+                  "changelog_topic": name},
+        "stream": {"checkpoint": str(tmp_path / "checkpoint")},
+    })
+    kafka_clients = clients(conf, kafka)
+    topic.create(kafka_clients, conf.changelog)
+    store = DeltaStore(spark, conf.store)
+    now = store.wall_clock.now_ms()
+    store.apply_records([InputRecord(b"k%d" % i, b"v", now, (), 0, i) for i in range(5)])
+    publisher = Publisher(spark, conf.store.path, conf.store.name, kafka_clients,
+                          conf.changelog)
+    try:
+        assert publisher.publish().records == 5
+    finally:
+        publisher.close()
+    shutil.rmtree(conf.store.path)
+    again = DeltaStore(spark, conf.store)                            # created anew, empty
+    again.apply_records([InputRecord(b"new", b"v", now, (), 0, 9)])  # a write nobody saw
+    with pytest.raises(ChangelogMismatch, match="is not the table the changelog"):
+        Publisher(spark, conf.store.path, conf.store.name, kafka_clients, conf.changelog)
+    with pytest.raises(RestoreError, match="refusing to restore over"):
+        restore(App(conf, spark=spark))
+    assert again.get(b"new") == b"v"                                 # nothing overwritten
+    wait_until(lambda: "is not the table" in status.health(conf, kafka_clients).line(),
+               timeout=30, what="health naming the table")

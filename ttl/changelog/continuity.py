@@ -48,6 +48,19 @@ class PublishedSoFar:
     table_id: str | None  # None: written before progress named tables
 
 
+def table_at_path(path: str, table_id: str, newest_delta_version: int,
+                  properties: dict[str, str]) -> TableAtPath:
+    """The rule's view of a table, from its id, newest Delta version and properties (read
+    with Spark or delta-rs alike)."""
+    from ttl.names import PROP_CONTINUES_AFTER, PROP_RESEED_REQUIRED, PROP_VERSION_OFFSET
+
+    offset = int(properties.get(PROP_VERSION_OFFSET) or 0)
+    raw = properties.get(PROP_CONTINUES_AFTER)
+    return TableAtPath(path, table_id, newest_delta_version + offset,
+                       int(raw) if raw not in (None, "") else None,
+                       properties.get(PROP_RESEED_REQUIRED) == "true", offset)
+
+
 RESTORE_ACTION = (
     "if the table was lost or replaced, move whatever is at the path away (keep it until "
     "the rebuilt store is checked) and rebuild the store from its changelog with `ttl "

@@ -49,7 +49,6 @@ from ttl.errors import (
 from ttl.kafka import KafkaClients
 from ttl.names import (
     OP_SWEEP,
-    PROP_CONTINUES_AFTER,
     PROP_RESEED_REQUIRED,
     PROP_VERSION_OFFSET,
     progress_topic,
@@ -159,13 +158,8 @@ def published_progress(kafka: KafkaClients, topic: str) -> Progress | None:
 
 def table_at_path(spark, path: str) -> continuity.TableAtPath:
     """What the continuity rule needs of the table at ``path`` (one look at its log)."""
-    properties = delta_log.properties(spark, path)
-    offset = fmt.version_offset(properties)
-    raw = properties.get(PROP_CONTINUES_AFTER)
     newest, table_id = delta_log.position(spark, path)
-    return continuity.TableAtPath(path, table_id, newest + offset,
-                                  int(raw) if raw not in (None, "") else None,
-                                  properties.get(PROP_RESEED_REQUIRED) == "true", offset)
+    return continuity.table_at_path(path, table_id, newest, delta_log.properties(spark, path))
 
 
 class Publisher:
