@@ -15,18 +15,23 @@ from ttl.store import DeltaStore
 pytestmark = pytest.mark.integration
 
 
+def profile(store: str, kafka, tmp_path) -> tuple[str, config.Config]:
+    """A store's profile on the test broker, with a changelog topic name of its own."""
+    name = f"{store}-{uuid.uuid4().hex[:8]}"
+    return name, config.from_dict({
+        "store": {"name": store, "path": str(tmp_path / "store")},
+        "kafka": {"bootstrap_servers": kafka.bootstrap_servers, "input_topic": f"{name}-in",
+                  "changelog_topic": name},
+        "stream": {"checkpoint": str(tmp_path / "checkpoint")},
+    })
+
+
 def test_health_without_the_progress_topic_is_unhealthy_naming_it_and_the_action(
         spark, kafka, tmp_path):
     """Issue 31, scenario 8: with the brokers reachable and no progress topic, nothing is
     published and the lag cannot be measured; `ttl health` said healthy. Once `ttl topic
     create` made the topics, the same store is healthy (its lag is measured)."""
-    name = f"health-{uuid.uuid4().hex[:8]}"
-    conf = config.from_dict({
-        "store": {"name": "health", "path": str(tmp_path / "store")},
-        "kafka": {"bootstrap_servers": kafka.bootstrap_servers, "input_topic": f"{name}-in",
-                  "changelog_topic": name},
-        "stream": {"checkpoint": str(tmp_path / "checkpoint")},
-    })
+    name, conf = profile("health", kafka, tmp_path)
     store = DeltaStore(spark, conf.store)
     store.apply_records([InputRecord(b"k", b"v", store.wall_clock.now_ms(), (), 0, 0)])
     kafka_clients = clients(conf, kafka)
@@ -56,13 +61,7 @@ def test_a_table_created_again_at_the_path_is_refused_and_unhealthy_not_lag_0(
     from ttl.changelog.publisher import Publisher
     from ttl.errors import ChangelogMismatch, RestoreError
 
-    name = f"recreated-{uuid.uuid4().hex[:8]}"
-    conf = config.from_dict({
-        "store": {"name": "recreated", "path": str(tmp_path / "store")},
-        "kafka": {"bootstrap_servers": kafka.bootstrap_servers, "input_topic": f"{name}-in",
-                  "changelog_topic": name},
-        "stream": {"checkpoint": str(tmp_path / "checkpoint")},
-    })
+    _, conf = profile("recreated", kafka, tmp_path)
     kafka_clients = clients(conf, kafka)
     topic.create(kafka_clients, conf.changelog)
     store = DeltaStore(spark, conf.store)
