@@ -579,6 +579,8 @@ def _publish_before_restore(app: App) -> None:
     if not delta_log.is_delta_table(app.spark, path):
         return  # the table is gone (the disaster): nothing of it can be published
     table = table_at_path(app.spark, path)
+    if table.restore_pending:
+        return  # an earlier restore's unfinished table: nothing of it was ever published
     latest = table.newest  # on the changelog's scale
     name = progress_topic(app.conf.kafka.changelog_topic)
     published = published_progress(app.kafka, name)

@@ -225,9 +225,10 @@ def alter_ttl(store, new_ttl: int | None, *, dry_run: bool = False,
     """
     raw = store.properties.get(PROP_TTL)
     old = None if raw in (None, "none") else int(raw)
+    fixed = at
     at = store.now() if at is None else at
     result = AlterResult(old, new_ttl, would_evict(store, new_ttl, at), dry_run,
-                         stay_expired=already_expired(store, at))
+                         stay_expired=already_expired(store, at))  # the counts: at ``at``
     if dry_run:
         return result
     meta = {"op": OP_ALTER, "store": store.conf.name, "ttl": new_ttl, "previous_ttl": old,
@@ -237,9 +238,13 @@ def alter_ttl(store, new_ttl: int | None, *, dry_run: bool = False,
         from delta.tables import DeltaTable
 
         store.check_writable()
+        # The clock when the UPDATE starts (each attempt): an entry that expired while
+        # the counts ran stays expired too.
+        now = store.now() if fixed is None else fixed
+        meta["at"] = now
         with commit.commit_settings(store.spark, meta):
             DeltaTable.forPath(store.spark, store.path).update(
-                f"record_ttl IS NULL AND (expires_at IS NULL OR expires_at > {int(at)})",
+                f"record_ttl IS NULL AND (expires_at IS NULL OR expires_at > {int(now)})",
                 {"expires_at": _store_ttl_expiry(new_ttl)})
 
     retrying(update, what="TTL change")

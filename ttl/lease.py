@@ -39,6 +39,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 
@@ -87,6 +88,7 @@ class Lease:
         # UPDATEs of our own row would conflict, the loser taking itself for lost.
         self._renewing = threading.Lock()
         self._on_lost = None  # the heartbeat's ``on_lost``: a fenced check calls it too
+        self._fence_owed = False  # took a lapsed lease over, the store not yet fenced
         self.spark.sql(f"CREATE TABLE IF NOT EXISTS delta.`{self.path}` ({LEASE_COLUMNS}) "
                        f"USING delta {PLAIN_TABLE}")
 
@@ -133,7 +135,8 @@ class Lease:
         fence = delta_log.properties(spark, store_path).get(PROP_LEASE_FENCE)
         if fence not in (self._fence_seen, self.owner):
             self._renewed_at = None
-            self._lost()  # the stream stops, a command is interrupted
+            if threading.current_thread() is not threading.main_thread():
+                self._lost()  # the stream stops (a command's main thread raises below)
             raise LeaseLost(f"the lease on {store_path} was taken over by {fence} "
                             "(ttl.lease.fence on the store table): refusing to commit")
 
@@ -168,7 +171,7 @@ class Lease:
             return False
         deadline = self.monotonic.now_ms() + self.duration_ms + 5_000
         while self.monotonic.now_ms() < deadline:
-            self._stop.wait(min(1.0, self.duration_ms / 3000))
+            time.sleep(min(1.0, self.duration_ms / 3000))
             if self.renew():
                 return True
             if self._watched is None or self._watched[0] != first[0]:
@@ -209,6 +212,9 @@ class Lease:
             if state is not None and state.owner == self.owner and self.valid():
                 return True
             ours = False
+        if ours and self._fence_owed:
+            self._fence_store()  # raises on failure: not ours until the store is fenced
+            self._fence_owed = False
         # Ours from this renewal's start on, however long the write took.
         self._renewed_at = started if ours else None
         return ours
@@ -254,7 +260,7 @@ class Lease:
         self._watched = None
         log.warning("took over the lease on %s from %s (its row unchanged for %s ms); "
                     "fencing the store table", self.path, state.holder, self.duration_ms)
-        self._fence_store()
+        self._fence_owed = True  # until committed: a failed fence is retried, never skipped
         return True
 
     def _fence(self) -> str | None:
@@ -309,14 +315,15 @@ class Lease:
 
         def beat() -> None:
             # The lease runs from our last renewal (``ttl run`` takes it a moment before the
-            # stream starts beating), not from the heartbeat's start.
+            # stream starts beating), not from the heartbeat's start; every reading here is
+            # monotonic, as ``_renewed_at`` is.
             renewed = self._renewed_at
-            start = renewed if renewed is not None else self.clock.now_ms()
+            start = renewed if renewed is not None else self.monotonic.now_ms()
             held_until = start + self.duration_ms
-            wait_ms = max(0.0, start + interval_ms - self.clock.now_ms())
+            wait_ms = max(0.0, start + interval_ms - self.monotonic.now_ms())
             while not self._stop.wait(wait_ms / 1000):
                 wait_ms = interval_ms
-                now = self.clock.now_ms()
+                now = self.monotonic.now_ms()
                 try:
                     if self.renew():
                         # From this renewal's clock reading (a renewal that lost a race
@@ -327,7 +334,7 @@ class Lease:
                 except Exception:  # noqa: BLE001 - keep beating while the lease has slack
                     # Lost once the next try would come after the lease lapsed: another
                     # writer may take it from then on.
-                    if self.clock.now_ms() + interval_ms < held_until:
+                    if self.monotonic.now_ms() + interval_ms < held_until:
                         log.warning("lease renewal failed; retrying", exc_info=True)
                         continue
                     log.error("lease on %s lapsed: renewals failed for %s ms", self.path,

@@ -47,6 +47,9 @@ PROP_CONTINUES_AFTER = "ttl.changelog.continues_after"
 # watched lapse: every engine write checks it is its own, or the one it found when it took
 # the lease (``ttl.lease``).
 PROP_LEASE_FENCE = "ttl.lease.fence"
+# A table a restore created and has not finished writing ("true"; cleared by the restore's
+# last commit): a failed restore's retry may overwrite it, nothing else may publish it.
+PROP_RESTORE_PENDING = "ttl.restore.pending"
 
 # -- commit metadata ops (``userMetadata.op`` of the engine's commits) -----------------------
 

@@ -411,9 +411,14 @@ def _target_table(spark, conf: Config, target: str,
       an empty table there would stand for the store (``ttl restore`` checks a table at
       that path before replacing it).
     """
+    from ttl.names import PROP_RESTORE_PENDING
+
     def create() -> dict[str, str]:
+        # A table this restore creates is marked until its last commit: a failed
+        # restore's retry may overwrite it (``ttl.changelog.continuity``).
         return layout.ensure_store_table(spark, target, conf.store.name, conf.store.ttl,
-                                         deletion_vectors=conf.store.deletion_vectors)
+                                         deletion_vectors=conf.store.deletion_vectors,
+                                         creation_marks={PROP_RESTORE_PENDING: "true"})
 
     if delta_log.is_delta_table(spark, target):
         props = create()
@@ -576,7 +581,12 @@ def _continue_versions(spark, target: str, props: dict[str, str], version: int,
     needs a re-seed before it can continue the store's changelog (a partial restore; a
     whole one over such a table lifts the mark). Returns the offset."""
     from ttl.changelog.format import version_offset
-    from ttl.names import PROP_CONTINUES_AFTER, PROP_RESEED_REQUIRED, PROP_VERSION_OFFSET
+    from ttl.names import (
+        PROP_CONTINUES_AFTER,
+        PROP_RESEED_REQUIRED,
+        PROP_RESTORE_PENDING,
+        PROP_VERSION_OFFSET,
+    )
 
     marks = ({PROP_RESEED_REQUIRED: "true"} if result.partial else
              {PROP_RESEED_REQUIRED: "false"} if props.get(PROP_RESEED_REQUIRED) == "true"
@@ -588,6 +598,8 @@ def _continue_versions(spark, target: str, props: dict[str, str], version: int,
         marks[PROP_CONTINUES_AFTER] = str(result.changelog_floor)
     elif props.get(PROP_CONTINUES_AFTER):
         marks[PROP_CONTINUES_AFTER] = ""
+    if props.get(PROP_RESTORE_PENDING) == "true":
+        marks[PROP_RESTORE_PENDING] = "false"  # written whole: an ordinary table now
     offset = version_offset(props)
     floor = result.changelog_floor
     if floor is not None and version + offset <= floor:

@@ -23,6 +23,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from ttl import eviction
 from ttl.config import Config
+from ttl.errors import ChangelogMismatch, StoreMissing
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,11 @@ class StoreJobs:
         # when unknown; VACUUM never removes the change data of what is not published.
         self.published = published
         self.on_sweep = on_sweep  # the driver's metrics
+        # Told when a job meets a store it can no longer write (its table removed or
+        # replaced, the changelog no longer continuing it): no later tick can succeed, so
+        # the daemon (or the stream) stops with it instead of failing every tick.
+        self.on_fatal: Callable[[BaseException], None] | None = None
+        self.failed: BaseException | None = None
         self.last_sweep: eviction.SweepResult | None = None
         self.evicted_total = 0
 
@@ -67,6 +73,12 @@ class StoreJobs:
                 if self.publish is not None:
                     self.publish()
                 return result
+            except (StoreMissing, ChangelogMismatch) as exc:
+                log.error("%s failed: %s", what, exc)
+                self.failed = exc
+                if self.on_fatal is not None:
+                    self.on_fatal(exc)
+                return None
             except Exception:  # noqa: BLE001 - logged; the next tick tries again
                 log.exception("%s failed; will retry at the next tick", what)
                 return None
@@ -128,6 +140,7 @@ def build(conf: Config, jobs: StoreJobs, *, blocking: bool, extra: dict | None =
 def run_daemon(conf: Config, jobs: StoreJobs, *, extra: dict | None = None) -> None:
     """``ttl schedule``: run the store's jobs on a blocking scheduler until SIGTERM/Ctrl-C."""
     scheduler = build(conf, jobs, blocking=True, extra=extra)
+    jobs.on_fatal = lambda _: scheduler.shutdown(wait=False)
     signal.signal(signal.SIGTERM, lambda *_: scheduler.shutdown(wait=False))
     log.info("scheduler for %s started: %s", conf.store.name,
              [job.name for job in scheduler.get_jobs()])
@@ -135,3 +148,5 @@ def run_daemon(conf: Config, jobs: StoreJobs, *, extra: dict | None = None) -> N
         scheduler.start()
     except (KeyboardInterrupt, SystemExit):
         pass
+    if jobs.failed is not None:  # a restarted daemon opens the store (a restored one) anew
+        raise jobs.failed

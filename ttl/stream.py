@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 from ttl import delta_log, eviction, input_position, schedule
 from ttl.config import Config
-from ttl.errors import StreamOwned
+from ttl.errors import StreamOwned, TtlError
 from ttl.kafka import KafkaClients
 from ttl.lease import Lease
 from ttl.metrics import Metrics
@@ -109,6 +109,7 @@ class StreamJob:
                                        publish=self._publish,
                                        published=self._published_table_version,
                                        on_sweep=self.metrics.sweep)
+        self.jobs.on_fatal = self._job_failed
         self.query = None
         self.query_started = threading.Event()
         self.stopping = threading.Event()
@@ -249,6 +250,11 @@ class StreamJob:
         self.metrics.lease_held.labels(self.conf.store.name).set(0)
         self.metrics.close()
 
+    def _job_failed(self, exc: BaseException) -> None:
+        """A scheduled job met a store it can no longer write: the run ends with it."""
+        self.batch_error = self.batch_error or exc
+        self.stop()
+
     def _lease_lost(self) -> None:
         self.metrics.lease_held.labels(self.conf.store.name).set(0)
         self.stop()
@@ -369,9 +375,11 @@ class StreamJob:
             if meta.get("op") in (OP_RESTORE, OP_INPUT_SKIPPED) or meta.get("whole_position"):
                 break
         else:
-            # No commit records a position (a new table): a checkpoint with batches was
-            # another table's, and its position says nothing of what this one holds.
-            self.position_unknown = not position
+            # No commit records a position, and the log still starts at version 0 (a new
+            # table, not one whose old batch commits aged out of the log): a checkpoint
+            # with batches was another table's, and says nothing of what this one holds.
+            self.position_unknown = not position and delta_log.commit_at(
+                self.spark, self.store.path, 0) is not None
         return position
 
     def _checkpoint_position(self) -> dict[str, int] | None:
@@ -462,6 +470,9 @@ class StreamJob:
                 self.lock.release()
             self.position = offsets
             self.last_batch = (str(query_id), batch_id)
+        except TtlError as exc:  # the run ends with it (one line), not Spark's wrapping
+            self.batch_error = exc
+            raise
         finally:
             phases.close()  # on this thread (the job group is a thread's property)
 

@@ -50,3 +50,9 @@ def test_a_reseed_publishes_after_everything_on_the_changelog():
     assert reseed_offset(5, 0, 3) == 0
     assert reseed_offset(5, 0, 5) == 1        # 5 + 1 = 6 > 5
     assert reseed_offset(2, 4, 20) == 19      # 2 + 19 = 21 > 20
+
+
+def test_an_unfinished_restores_table_is_published_by_no_one():
+    pending = TableAtPath("/s", "r", 1, None, False, 0, restore_pending=True)
+    why = refusal(pending, published(-1, None))
+    assert why is not None and "did not finish" in why and "ttl restore" in why

@@ -37,6 +37,7 @@ class TableAtPath:
     continues_after: int | None  # the changelog version a restore of it continues after
     reseed_required: bool
     offset: int = 0  # its version offset: changelog version = Delta version + offset
+    restore_pending: bool = False  # a restore created it and has not finished writing it
 
 
 @dataclass(frozen=True)
@@ -52,13 +53,19 @@ def table_at_path(path: str, table_id: str, newest_delta_version: int,
                   properties: dict[str, str]) -> TableAtPath:
     """The rule's view of a table, from its id, newest Delta version and properties (read
     with Spark or delta-rs alike)."""
-    from ttl.names import PROP_CONTINUES_AFTER, PROP_RESEED_REQUIRED, PROP_VERSION_OFFSET
+    from ttl.names import (
+        PROP_CONTINUES_AFTER,
+        PROP_RESEED_REQUIRED,
+        PROP_RESTORE_PENDING,
+        PROP_VERSION_OFFSET,
+    )
 
     offset = int(properties.get(PROP_VERSION_OFFSET) or 0)
     raw = properties.get(PROP_CONTINUES_AFTER)
     return TableAtPath(path, table_id, newest_delta_version + offset,
                        int(raw) if raw not in (None, "") else None,
-                       properties.get(PROP_RESEED_REQUIRED) == "true", offset)
+                       properties.get(PROP_RESEED_REQUIRED) == "true", offset,
+                       properties.get(PROP_RESTORE_PENDING) == "true")
 
 
 RESTORE_ACTION = (
@@ -70,6 +77,9 @@ RESTORE_ACTION = (
 def refusal(table: TableAtPath, published: PublishedSoFar) -> str | None:
     """Why a publisher must not continue ``published`` from ``table``, or ``None`` when it
     may. The text names the operator's action."""
+    if table.restore_pending:
+        return (f"a restore into {table.path} did not finish (ttl.restore.pending): it holds "
+                f"no store yet. Operator action: run `ttl restore --conf PROFILE` again")
     if published.version < 0:
         return None  # nothing published yet: any table starts the changelog
     same = published.table_id is None or published.table_id == table.table_id

@@ -122,19 +122,22 @@ def legacy_version(columns: list[str]) -> int | None:
 
 def ensure_store_table(spark, path: str, name: str, ttl_ms: int | None, *,
                        check_ttl: bool = True, deletion_vectors: bool = True,
-                       create: bool = True) -> dict[str, str]:
+                       create: bool = True,
+                       creation_marks: dict[str, str] | None = None) -> dict[str, str]:
     """Create the v3 table at ``path`` (unless ``create`` is false: then ``StoreMissing``)
     or open it, checking layout and settings.
 
+    ``creation_marks``: more properties, set only if this call creates the table.
     Idempotent. Raises ``LayoutError`` naming both values when the table was made for
     another layout or TTL (``ttl upgrade`` / ``ttl alter`` change those explicitly).
     """
     if not delta_log.is_delta_table(spark, path):
         if not create:
             raise StoreMissing(f"store {name}: there is no store table at {path}")
+        props = {**store_properties(name, ttl_ms, deletion_vectors), **(creation_marks or {})}
         spark.sql(
             f"CREATE TABLE IF NOT EXISTS delta.`{path}` ({STORE_COLUMNS}) USING delta "
-            f"TBLPROPERTIES ({tblproperties(store_properties(name, ttl_ms, deletion_vectors))})"
+            f"TBLPROPERTIES ({tblproperties(props)})"
         )
     props = delta_log.properties(spark, path)
     version = props.get(PROP_FORMAT)

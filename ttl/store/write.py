@@ -298,6 +298,8 @@ def apply_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
     table = records if hasattr(records, "num_rows") else records.toArrow()
     keys = batch_keys(table)
     for _attempt in range(STALE_LOOKUPS + 1):
+        if fence is not None:  # first: a removed table or a lost lease is named here
+            fence()
         with phases.phase("lookup"):
             lookup_version = delta_log.latest_version(spark, path)
             stored = (lookup or Lookup())(spark, path, keys, lookup_version)
@@ -310,9 +312,9 @@ def apply_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
         # Delta's writers take no expected version: a commit that landed after the lookup
         # (an operator's DELETE, another process's sweep) would be overwritten by a fold
         # computed without it, so the lookup and fold run again on the new version.
+        # A commit after the lookup (a fence's too) shows here: the next attempt checks
+        # the fence again, then looks up again.
         version_before = delta_log.latest_version(spark, path)
-        if fence is not None:
-            fence()
         if version_before == lookup_version:
             break
         log.info("%s: version %s landed after the batch's lookup at %s; looking up again",
