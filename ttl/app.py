@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ttl import config, eviction, schedule
 from ttl.clock import Clock
-from ttl.config import Config, parse_duration_ms
+from ttl.config import Config, parse_ttl_ms
 from ttl.errors import ConfigError
 from ttl.kafka import KafkaClients
 from ttl.lease import Lease
@@ -244,7 +244,7 @@ def with_kafka(conf: Config, data_dir: Path | None = None) -> Iterator[App]:
 
 def _parse_ttl(raw: str | None) -> int | None:
     try:
-        return None if raw in (None, "none") else parse_duration_ms(raw)
+        return None if raw in (None, "none") else parse_ttl_ms(raw)
     except ValueError as exc:
         raise ConfigError(f"--ttl: {exc}") from None
 

@@ -114,12 +114,12 @@ class Duration(click.ParamType):
         self.allow_none = allow_none
 
     def convert(self, value, param, ctx):
-        from ttl.config import parse_duration_ms
+        from ttl.config import parse_ttl_ms
 
         if self.allow_none and str(value).strip().lower() == "none":
             return "none"
         try:
-            parse_duration_ms(value)
+            parse_ttl_ms(value)  # the only durations given on the command line are TTLs
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
         return value

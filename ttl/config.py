@@ -47,11 +47,16 @@ _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
 #: inside their range (now + 2^47 ms is about the year 6500) and exceeds any real TTL or
 #: interval. An entry that should never expire has no TTL (``store.ttl`` unset).
 MAX_DURATION_MS = 2**47
+#: The longest TTL (``store.ttl``, ``--ttl``): a signed 64-bit millisecond count. A TTL is
+#: only ever added to a record's timestamp by a saturating sum (``ttl.timestamps``: an
+#: expiry past the int64 range is "never"), so it may take the whole range, as a record's
+#: ``ttl.ttl`` header does.
+MAX_TTL_MS = 2**63 - 1
 
 
-def parse_duration_ms(raw: Any) -> int:
+def parse_duration_ms(raw: Any, *, longest: int = MAX_DURATION_MS) -> int:
     """Parse ``"30s"``-style durations (or integer ms) to milliseconds; one longer than
-    ``MAX_DURATION_MS`` is refused (a ``ValueError``, which names the setting at load)."""
+    ``longest`` is refused (a ``ValueError``, which names the setting at load)."""
     if isinstance(raw, bool):
         raise ValueError("a duration must be a number of ms or a string like '30s'")
     ms: int | None = None
@@ -64,11 +69,16 @@ def parse_duration_ms(raw: Any) -> int:
     if ms is None:
         raise ValueError(f"{raw!r} is not a duration (use e.g. '500ms', '30s', '5m', '2h', "
                          "'7d')")
-    if ms > MAX_DURATION_MS:
-        raise ValueError(f"{raw!r} is longer than the longest duration, {MAX_DURATION_MS} ms "
-                         "(about 4,460 years); for entries that never expire leave the TTL "
-                         "unset")
+    if ms > longest:
+        about = "about 4,460 years" if longest == MAX_DURATION_MS else "the int64 range"
+        raise ValueError(f"{raw!r} is longer than the longest duration, {longest} ms "
+                         f"({about}); for entries that never expire leave the TTL unset")
     return ms
+
+
+def parse_ttl_ms(raw: Any) -> int:
+    """A TTL: a duration up to ``MAX_TTL_MS``."""
+    return parse_duration_ms(raw, longest=MAX_TTL_MS)
 
 
 def absolute_location(raw: Any) -> Any:
@@ -81,6 +91,7 @@ def absolute_location(raw: Any) -> Any:
 Location = Annotated[str, BeforeValidator(absolute_location)]
 DurationMs = Annotated[int, BeforeValidator(parse_duration_ms), Field(gt=0)]
 NonNegDurationMs = Annotated[int, BeforeValidator(parse_duration_ms), Field(ge=0)]
+TtlMs = Annotated[int, BeforeValidator(parse_ttl_ms), Field(gt=0)]
 
 
 class _Section(BaseModel):
@@ -92,7 +103,7 @@ class StoreConfig(_Section):
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     path: Location
-    ttl: DurationMs | None = None
+    ttl: TtlMs | None = None
     late_records: Literal["update", "drop"] = "update"
     missing_timestamp: Literal["reject", "ingest_time"] = "reject"
     max_future: DurationMs = 86_400_000

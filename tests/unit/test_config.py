@@ -150,13 +150,14 @@ def test_a_duration_longer_than_the_longest_is_refused_at_load_naming_the_settin
     base = MINIMAL.get(section, {})
     raw_conf = {**MINIMAL, section: {**base, setting: raw}}
     with pytest.raises(ConfigError, match=rf"x\.toml: invalid setting {section}\.{setting}: "
-                       r".*longer than the longest duration, 140737488355328 ms"):
+                       r".*longer than the longest duration, \d+ ms"):
         config.from_dict(raw_conf, source="x.toml")
 
 
 def test_the_longest_duration_itself_is_taken():
     assert parse_duration_ms(config.MAX_DURATION_MS) == 2**47
-    conf = config.from_dict({**MINIMAL, "store": {**MINIMAL["store"], "ttl": 2**47}})
-    assert conf.store.ttl == 2**47
     with pytest.raises(ValueError, match="longer than the longest duration"):
         parse_duration_ms(f"{2**47 + 1}ms")
+    # A TTL takes the whole int64 range: expiries saturate (as a record's ttl.ttl does).
+    conf = config.from_dict({**MINIMAL, "store": {**MINIMAL["store"], "ttl": 2**63 - 1}})
+    assert conf.store.ttl == 2**63 - 1
