@@ -47,8 +47,9 @@ _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
 #: inside their range (now + 2^47 ms is about the year 6500) and exceeds any real TTL or
 #: interval. An entry that should never expire has no TTL (``store.ttl`` unset).
 MAX_DURATION_MS = 2**47
-#: The longest TTL (``store.ttl``, ``--ttl``): a signed 64-bit millisecond count. A TTL is
-#: only ever added to a record's timestamp by a saturating sum (``ttl.timestamps``: an
+#: The longest TTL (``store.ttl``, ``--ttl``; also ``store.max_future``): a signed 64-bit
+#: millisecond count. Those are only ever added to a timestamp or a clock by a saturating
+#: sum (``ttl.timestamps``: an
 #: expiry past the int64 range is "never"), so it may take the whole range, as a record's
 #: ``ttl.ttl`` header does.
 MAX_TTL_MS = 2**63 - 1
@@ -106,7 +107,7 @@ class StoreConfig(_Section):
     ttl: TtlMs | None = None
     late_records: Literal["update", "drop"] = "update"
     missing_timestamp: Literal["reject", "ingest_time"] = "reject"
-    max_future: DurationMs = 86_400_000
+    max_future: TtlMs = 86_400_000  # added to the clock by a saturating sum too
     max_value_bytes: int = Field(default=921_600, gt=0)
     max_headers_bytes: int = Field(default=65_536, gt=0)
     #: The largest changelog record an entry may make (key, value, headers, the engine's
