@@ -173,7 +173,7 @@ def test_status_get_scan_and_health_read_the_store_without_spark(spark, kafka, t
     conf = load(conf_path)
     runtime = App(conf, spark=spark)
     now = int(time.time() * 1000)
-    store = runtime.store()
+    store = runtime.store(create=True)  # a new store, as `ttl run` makes it
     store.apply_records([InputRecord(b"a", b"1", now, (("h", b"x"),), 0, 0),
                          InputRecord(b"b", b"2", now, (), 0, 1),
                          InputRecord(b"old", b"3", now - 3 * 86_400_000, (), 0, 2),
@@ -270,7 +270,7 @@ def test_the_report_renders_in_a_real_browser_from_the_tables_numbers(spark, kaf
     conf_path = write_conf(tmp_path, kafka)
     conf_path.write_text(conf_path.read_text().replace('ttl = "1d"', 'ttl = "1h"'))
     conf = load(conf_path)
-    store = App(conf, spark=spark).store()
+    store = App(conf, spark=spark).store(create=True)  # a new store
     now = int(time.time() * 1000)
     minute = 60_000
     store.apply_records([
