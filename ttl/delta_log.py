@@ -87,6 +87,18 @@ def position(spark, path: str) -> tuple[int, str]:
     return int(snapshot.version()), str(snapshot.metadata().id())
 
 
+def identity(spark, path: str) -> tuple[int, str, dict[str, str]]:
+    """``position`` and ``properties`` from one look at the log (a commit's checks: which
+    table, and its fence)."""
+    snapshot = _updated(spark, path)
+    version = int(snapshot.version())
+    if version < 0:
+        return version, "", {}
+    jvm = spark.sparkContext._jvm
+    return version, str(snapshot.metadata().id()), dict(
+        jvm.scala.jdk.javaapi.CollectionConverters.asJava(snapshot.metadata().configuration()))
+
+
 def latest_version(spark, path: str) -> int:
     """The table's current version, commits of other processes included.
 
@@ -277,12 +289,7 @@ def properties(spark, path: str) -> dict[str, str]:
     """The table's properties: its newest snapshot's metadata, read from the log (the
     version's checksum file when Delta wrote one) without a Spark job. ``DESCRIBE DETAIL``
     computed the table's size too, a log replay: 3-7 s on a cold JVM at every start-up."""
-    snapshot = _updated(spark, path)
-    if int(snapshot.version()) < 0:
-        return {}  # no table there: no properties (as DESCRIBE DETAIL said of a plain directory)
-    jvm = spark.sparkContext._jvm
-    return dict(jvm.scala.jdk.javaapi.CollectionConverters.asJava(
-        snapshot.metadata().configuration()))
+    return identity(spark, path)[2]  # none for no table (as DESCRIBE DETAIL said of a directory)
 
 
 # -- conflicts -----------------------------------------------------------------------------

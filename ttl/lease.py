@@ -117,11 +117,12 @@ class Lease:
         renewed = self._renewed_at
         return renewed is not None and self.monotonic.now_ms() < renewed + self.duration_ms
 
-    def check(self, spark, store_path: str) -> None:
+    def check(self, spark, store_path: str, properties: dict[str, str] | None = None) -> None:
         """Refuse (``LeaseLost``) a write to the store unless we hold the lease now: it
         runs on our monotonic clock, and no contender fenced the store table since we took
         it. Called before every commit of the store (``DeltaStore.check_writable``) and again
-        by a write's retry after a conflict (a fence's commit is one)."""
+        by a write's retry after a conflict (a fence's commit is one). ``properties``: the
+        store table's, when the caller just read them."""
         from ttl import delta_log
 
         if self._renewed_at is None:
@@ -132,7 +133,9 @@ class Lease:
             raise LeaseLost(f"the lease on {store_path} was not renewed within its "
                             f"{self.duration_ms} ms (this process was stopped or starved, or "
                             "lost it): refusing to commit")
-        fence = delta_log.properties(spark, store_path).get(PROP_LEASE_FENCE)
+        if properties is None:
+            properties = delta_log.properties(spark, store_path)
+        fence = properties.get(PROP_LEASE_FENCE)
         if fence not in (self._fence_seen, self.owner):
             self._renewed_at = None
             if threading.current_thread() is not threading.main_thread():

@@ -135,14 +135,14 @@ class DeltaStore:
         set: a library user's store, unguarded). Called before every commit."""
         from ttl.errors import StoreMissing
 
-        version, table_id = delta_log.position(self.spark, self.path)
+        version, table_id, properties = delta_log.identity(self.spark, self.path)
         if version < 0 or table_id != self.table_id:
             what = "removed" if version < 0 else f"replaced (Delta table id {table_id})"
             raise StoreMissing(f"store {self.conf.name}: the table at {self.path} (Delta table "
                                f"id {self.table_id}) was {what} while the store was open: "
                                "refusing to commit")
         if self.lease is not None:
-            self.lease.check(self.spark, self.path)
+            self.lease.check(self.spark, self.path, properties)
 
     def now(self) -> int:
         """The store's clock for reads: wall, stream time, or the larger (BRIEF §4)."""
