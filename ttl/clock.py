@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from typing import Literal, Protocol
 
+from ttl.names import PROP_STREAM_TIME_FLOOR, PROP_STREAM_TIME_THROUGH
 from ttl.timestamps import NO_TIMESTAMP
 
 ClockKind = Literal["wall", "stream", "both"]
@@ -71,6 +72,19 @@ class StreamTime:
         if ts is not None and ts != NO_TIMESTAMP and (self._value is None or ts > self._value):
             self._value = ts
         return self._value
+
+
+def stream_time_floor(properties: dict[str, str]) -> tuple[int | None, int | None]:
+    """A store table's stream-time floor and the version it covers, from its properties.
+
+    The rule: stream time is the maximum of the floor and of the stream time recorded by
+    every commit after the covered version (``None``: no version is covered, every commit
+    still in the log counts). A floor without a covered version (written by an engine
+    before the version was kept) is still a lower bound, but covers nothing."""
+    floor = properties.get(PROP_STREAM_TIME_FLOOR)
+    through = properties.get(PROP_STREAM_TIME_THROUGH)
+    return (int(floor) if floor else None,
+            int(through) if floor and through else None)
 
 
 def batch_clock(kind: ClockKind, wall_ms: int, stream_time: int | None) -> int:

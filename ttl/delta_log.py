@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 from ttl import commit
+from ttl.clock import stream_time_floor
 
 log = logging.getLogger(__name__)
 
@@ -233,33 +234,68 @@ def engine_metadata(spark, path: str, start: int, end: int) -> dict[int, dict]:
     return {r.version: commit.decode(r.userMetadata) or {} for r in rows}
 
 
-def last_engine_commit(spark, path: str, *, op: str | None = None,
-                       having: str | None = None) -> Commit | None:
-    """The latest engine commit with ``op`` and/or a non-empty metadata key ``having``."""
-    from pyspark.sql import functions as F
+def _meta_filter(op: str | None, having: str | None, or_op: str | None):
+    """The engine commits wanted, as a Python test of the metadata and as the same test
+    of ``history()``'s rows: with ``op``; with a non-empty metadata key ``having``, or
+    with op ``or_op``."""
+    def wanted(meta: dict | None) -> bool:
+        if meta is None or (op is not None and meta.get("op") != op):
+            return False
+        if having is None:
+            return True
+        value = meta.get(having)
+        return (value is not None and value != {}) or (
+            or_op is not None and meta.get("op") == or_op)
 
     cond = _meta("ttl") == "1"
     if op is not None:
         cond = cond & (_meta("op") == op)
     if having is not None:
-        cond = cond & _meta(having).isNotNull() & (_meta(having) != "{}")
-    row = (_history(spark, path).where(cond).orderBy(F.col("version").desc()).limit(1)
-           .first())
-    return None if row is None else _commit(row)
+        has = _meta(having).isNotNull() & (_meta(having) != "{}")
+        cond = cond & ((has | (_meta("op") == or_op)) if or_op is not None else has)
+    return wanted, cond
+
+
+def _newest_first(spark, path: str, wanted: Callable[[dict | None], bool], cond,
+                  limit: int) -> Iterator[Commit]:
+    """Up to ``limit`` commits ``wanted`` (``cond`` in Spark), newest first.
+
+    The newest ``DIRECT_READS`` commit files are read one by one (no Spark job: a cost
+    that does not grow with the log), and only a caller that reads on past them gets one
+    history scan of the older ones."""
+    from pyspark.sql import functions as F
+
+    latest = latest_version(spark, path)
+    given = 0
+    oldest = max(-1, latest - DIRECT_READS)
+    for version in range(latest, oldest, -1):
+        found = commit_info(spark, path, version)
+        if found is None:  # the log no longer holds it, nor anything older
+            return
+        if wanted(found.metadata):
+            yield found
+            given += 1
+            if given >= limit:
+                return
+    if oldest < 0:
+        return
+    for row in (_history(spark, path).where(cond & (F.col("version") <= oldest))
+                .orderBy(F.col("version").desc()).limit(limit - given).collect()):
+        yield _commit(row)
+
+
+def last_engine_commit(spark, path: str, *, op: str | None = None,
+                       having: str | None = None) -> Commit | None:
+    """The latest engine commit with ``op`` and/or a non-empty metadata key ``having``."""
+    return next(_newest_first(spark, path, *_meta_filter(op, having, None), limit=1), None)
 
 
 def engine_commits_having(spark, path: str, having: str, *, or_op: str | None = None,
-                          limit: int = 1000) -> list[Commit]:
+                          limit: int = 1000) -> Iterator[Commit]:
     """The latest ``limit`` engine commits still in the log with a non-empty metadata key
-    ``having`` (or with op ``or_op``), newest first (a start-up read: one history scan)."""
-    from pyspark.sql import functions as F
-
-    cond = _meta(having).isNotNull() & (_meta(having) != "{}")
-    if or_op is not None:
-        cond = cond | (_meta("op") == or_op)
-    cond = (_meta("ttl") == "1") & cond
-    return [_commit(row) for row in _history(spark, path).where(cond)
-            .orderBy(F.col("version").desc()).limit(limit).collect()]
+    ``having`` (or with op ``or_op``), newest first: a start-up read, whose caller
+    usually stops at the first (a batch records the whole input position)."""
+    return _newest_first(spark, path, *_meta_filter(None, having, or_op), limit=limit)
 
 
 def find_commit(spark, path: str, *, op: str, key: str, value: str,
@@ -275,14 +311,40 @@ def find_commit(spark, path: str, *, op: str, key: str, value: str,
     return None
 
 
-def max_stream_time(spark, path: str) -> int | None:
-    """The largest stream time recorded by any engine commit still in the log (stream time
-    is recovered as a maximum, never from one commit: a re-based commit keeps older
-    metadata, and the log forgets commits older than its retention)."""
+def max_stream_time(spark, path: str, after: int | None = None) -> int | None:
+    """The largest stream time recorded by the engine commits after version ``after`` (every
+    commit still in the log when ``None``).
+
+    Stream time is recovered as a maximum, never from one commit: a commit Delta rebased
+    after a concurrent one keeps the metadata it was planned with, and the log forgets
+    commits older than its retention. With ``after`` (``stream_time_floor``'s version) the
+    read is bounded: the commit files after it, one by one when there are few, else the
+    last ones through ``history(limit)``, which reads only those."""
     from pyspark.sql import functions as F
 
-    return (_history(spark, path).where(_meta("ttl") == "1")
+    if after is not None:
+        latest = latest_version(spark, path)
+        if latest <= after:
+            return None
+        if latest - after <= DIRECT_READS:
+            found = [commit_info(spark, path, v) for v in range(after + 1, latest + 1)]
+            times = [(c.metadata or {}).get("stream_time") for c in found if c is not None]
+            times = [int(t) for t in times if t is not None]
+            return max(times) if times else None
+        history = _history(spark, path, latest - after).where(F.col("version") > after)
+    else:
+        history = _history(spark, path)
+    return (history.where(_meta("ttl") == "1")
             .select(F.max(_meta("stream_time").cast("bigint"))).first()[0])
+
+
+def stream_time(spark, path: str, props: dict[str, str] | None = None) -> int | None:
+    """The table's stream time by ``clock.stream_time_floor``'s rule: its floor property
+    and the commits after the version the floor covers (every commit still in the log when
+    it covers none). ``props``: the table's properties, if already read."""
+    floor, through = stream_time_floor(properties(spark, path) if props is None else props)
+    found = [v for v in (max_stream_time(spark, path, through), floor) if v is not None]
+    return max(found) if found else None
 
 
 def properties(spark, path: str) -> dict[str, str]:

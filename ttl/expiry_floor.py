@@ -57,6 +57,15 @@ class ExpiryFloor:
                 self.value = min(self.value, earliest_new)
             self.version = after
 
+    def after_metadata(self, before: int, after: int) -> None:
+        """Our commit moved the table from ``before`` to ``after`` changing no row (a table
+        property): the bound holds at ``after`` if that was the only commit."""
+        with self._lock:
+            if self.version != before or after != before + 1:
+                self.version = self.value = None
+                return
+            self.version = after
+
     def after_sweep(self, before: int, after: int, t: int, own: int | None) -> None:
         """A sweep at ``t`` started at ``before``; the table is now at ``after`` and the
         sweep's own commit is ``own`` (``None``: it deleted nothing and made none). Nothing

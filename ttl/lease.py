@@ -83,6 +83,10 @@ class Lease:
         self._renewed_at: int | None = None  # monotonic start of our last renewal
         # Another owner's row as first seen: ((owner, expires_at), monotonic reading).
         self._watched: tuple[tuple[str, int], int] | None = None
+        #: Another owner's row was seen to change while watched: its holder is alive (it
+        #: renewed), or a third process took it. Nothing is lapsing; a caller that waits
+        #: for a crashed holder's lease (``stream.take_lease``) can stop waiting.
+        self.seen_alive = False
         self._fence_seen: str | None = None  # the store's fence when we took the lease
         # One renewal at a time: the heartbeat and a write's check may both renew, and two
         # UPDATEs of our own row would conflict, the loser taking itself for lost.
@@ -248,6 +252,7 @@ class Lease:
         seen = (state.owner, state.expires_at)
         mono = self.monotonic.now_ms()
         if self._watched is None or self._watched[0] != seen:
+            self.seen_alive = self.seen_alive or self._watched is not None
             self._watched = (seen, mono)
             return False
         if mono - self._watched[1] < self.duration_ms:

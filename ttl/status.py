@@ -22,19 +22,18 @@ import pyarrow as pa
 from ttl import commit
 from ttl.changelog import continuity
 from ttl.changelog.format import version_offset
-from ttl.clock import WallClock, batch_clock
+from ttl.clock import WallClock, batch_clock, stream_time_floor
 from ttl.config import Config
 from ttl.lease import LEASE_ID
 from ttl.names import (
     LEASE_SUFFIX,
     OP_SWEEP,
-    PROP_STREAM_TIME_FLOOR,
     progress_topic,
     sibling,
 )
 from ttl.record import Headers
 
-#: Commits read back for stream time and the last sweep (newest first).
+#: Commits read back at least, for the last sweep (newest first).
 HISTORY = 200
 
 #: The changelog lag ``status`` reports when the brokers answer but the changelog has no
@@ -75,8 +74,12 @@ class StoreView:
     @classmethod
     def open(cls, conf: Config) -> StoreView:
         table = _table(conf.store.path)
-        return cls(conf, table.version(), dict(table.metadata().configuration),
-                   table.history(HISTORY), table)
+        version, properties = table.version(), dict(table.metadata().configuration)
+        through = stream_time_floor(properties)[1]
+        # The commits the stream-time rule needs (those after the floor's version; all of
+        # them on a table whose floor covers none yet), and at least the last HISTORY.
+        limit = None if through is None else max(HISTORY, version - through)
+        return cls(conf, version, properties, table.history(limit), table)
 
     def engine_commits(self):
         for c in self.commits:
@@ -85,11 +88,12 @@ class StoreView:
                 yield c, meta
 
     def stream_time(self, changelog: int | None = None) -> int | None:
-        """As the engine recovers it: every commit still read back, the floor property and
-        the changelog's progress."""
-        floor = self.properties.get(PROP_STREAM_TIME_FLOOR)
-        found = [m.get("stream_time") for _, m in self.engine_commits()]
-        found += [int(floor) if floor else None, changelog]
+        """As the engine recovers it (``clock.stream_time_floor``): the floor property, the
+        commits after the version it covers, and the changelog's progress."""
+        floor, through = stream_time_floor(self.properties)
+        found = [m.get("stream_time") for c, m in self.engine_commits()
+                 if through is None or c["version"] > through]
+        found += [floor, changelog]
         found = [int(v) for v in found if v is not None]
         return max(found) if found else None
 
@@ -104,12 +108,12 @@ class StoreView:
         return None
 
     def commit_time_s(self, version: int) -> float | None:
-        """The commit time of ``version``: from the commits read back, else from the whole
-        log (a lag longer than the window is when it matters most); ``None`` if the log no
-        longer has it."""
+        """The commit time of ``version``: from the commits read back, else from the log's
+        commits from it on (a read as long as the lag, never the whole log); ``None`` if
+        the log no longer has it."""
         commits = self.commits
-        if not any(c.get("version") == version for c in commits):
-            commits = self.table.history()
+        if not any(c.get("version") == version for c in commits) and version <= self.version:
+            commits = self.table.history(self.version - version + 1)
         for c in commits:
             if c.get("version") == version:
                 return c["timestamp"] / 1000

@@ -73,16 +73,23 @@ class StreamSummary:
                 f"changelog_records={self.published}")
 
 
+#: What ``take_lease`` allows beyond the lease durations it watches for: its Delta reads.
+TAKE_LEASE_SLACK_S = 60
+
+
 def take_lease(lease: Lease, store_name: str, lease_ms: int) -> None:
     """Take the store's lease; a crashed predecessor's lease lapses within one lease period,
-    so wait that long (plus slack) before giving up with ``StreamOwned``."""
+    so wait that long (plus slack) before giving up with ``StreamOwned``, which a holder
+    seen renewing its lease gets at once."""
     if lease.held():  # taken a moment ago (``ttl run`` takes it before the stream starts)
         return
-    # A lapse is seen by watching the row unchanged for a lease duration (``ttl.lease``).
-    deadline = time.monotonic() + 2 * lease_ms / 1000 + 5
+    # A lapse is seen by watching the row unchanged for a lease duration (``ttl.lease``),
+    # after a first look that is itself a Delta read: on a loaded machine each can take
+    # seconds, so the wait allows for them. A holder seen renewing is alive: named at once.
+    deadline = time.monotonic() + 3 * lease_ms / 1000 + TAKE_LEASE_SLACK_S
     while not lease.acquire():
         other = lease.held_by_other()
-        if time.monotonic() > deadline:
+        if lease.seen_alive or time.monotonic() > deadline:
             raise StreamOwned(f"store {store_name} is owned by "
                               f"{other.holder if other else 'another writer'}")
         log.info("waiting for the lease held by %s to lapse",
@@ -454,6 +461,8 @@ class StreamJob:
                     keep_changes=True)
                 with phases.phase("sweep"):
                     evicted = self._stream_sweep()
+                with phases.phase("floor"):  # now and then: a start-up reads few commits
+                    self.store.raise_stream_time_floor(result.version)
                 with phases.phase("publish_wait"):  # the previous batch's publication
                     self._await_publication()
                 own = time.monotonic() - phases.started

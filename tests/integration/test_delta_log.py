@@ -107,3 +107,42 @@ def test_each_conflict_the_jvm_throws_is_retried(spark, name):
         return "committed"
 
     assert delta_log.retrying(action, what="test", backoff_s=0) == ("committed", 1)
+
+
+def test_stream_time_is_recovered_from_the_floor_and_the_commits_after_it(
+        spark, table_path, monkeypatch):
+    """A store's start-up reads the commits after the version the stream-time floor covers,
+    never the whole log; the floor is computed from the log, so a writer whose stream time
+    is behind (a rebased commit, a stale process) cannot lower what is recovered."""
+    from ttl.clock import stream_time_floor
+    from ttl.store import store as store_module
+
+    store = make_store(spark, table_path, ttl=1_000)
+    for i in range(3):
+        store.apply_records(recs((b"k%d" % i, b"v", NOW + i * 1_000)))
+    store.raise_stream_time_floor(delta_log.latest_version(spark, table_path))
+    floor, through = stream_time_floor(delta_log.properties(spark, table_path))
+    assert (floor, through) == (NOW + 2_000, through) and through is not None
+    # a stale writer's commit after the floor: its lower stream time changes nothing
+    stale = make_store(spark, table_path, ttl=1_000)
+    stale.stream_time = type(stale.stream_time)(NOW - 50_000)
+    stale.apply_records(recs((b"late", b"v", NOW - 60_000)))
+    # the raise is rate-limited by versions: the next commit does not make another
+    before = delta_log.latest_version(spark, table_path)
+    store.raise_stream_time_floor(before)
+    assert delta_log.latest_version(spark, table_path) == before
+    store.apply_records(recs((b"k9", b"v", NOW + 9_000)),
+                        metadata={"input_offsets": {"0": 7}})
+    store.apply_records(recs((b"k8", b"v", NOW)))
+    # bounded: the recovery reads commit files after `through`, never the whole history;
+    # so does the search for the recorded input position
+    monkeypatch.setattr(delta_log, "_history", lambda *a, **k: pytest.fail("whole log read"))
+    reopened = make_store(spark, table_path, ttl=1_000)
+    assert reopened.stream_time.value == NOW + 9_000
+    position = delta_log.last_engine_commit(spark, table_path, having="input_offsets")
+    assert position.metadata["input_offsets"] == {"0": 7}
+    # rate-limited by time too; a floor raised later covers the stale commit as well
+    monkeypatch.setattr(store_module, "FLOOR_EVERY", 1)
+    reopened.raise_stream_time_floor(delta_log.latest_version(spark, table_path))
+    assert stream_time_floor(delta_log.properties(spark, table_path))[0] == NOW + 9_000
+    assert make_store(spark, table_path, ttl=1_000).stream_time.value == NOW + 9_000

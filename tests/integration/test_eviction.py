@@ -206,6 +206,31 @@ def test_a_standalone_sweep_skips_while_another_process_holds_the_lease(spark, t
     wait_until(lambda: standalone.acquire(), timeout=10, what="the released lease")
 
 
+def test_a_run_waits_for_a_crashed_holder_but_names_a_live_one_at_once(spark, table_path):
+    """``take_lease`` waits (lease durations and slack) for a lease whose row stays
+    unchanged, as a crashed stream's does; a holder seen renewing is alive, and the
+    second ``ttl run`` is refused at once with ``StreamOwned``, naming it."""
+    import time
+
+    from ttl.errors import StreamOwned
+    from ttl.stream import take_lease
+
+    make_store(spark, table_path)
+    clock = FixedClock(NOW)
+    holder = Lease(spark, table_path, duration_ms=30_000, clock=clock, monotonic=clock,
+                   holder="stream:live")
+    assert holder.acquire()
+    contender = Lease(spark, table_path, duration_ms=30_000, clock=clock, monotonic=clock,
+                      holder="second")
+    assert not contender.acquire() and not contender.seen_alive     # watching: unchanged
+    clock.advance(10_000)
+    assert holder.acquire()                                         # the holder renews
+    started = time.monotonic()
+    with pytest.raises(StreamOwned, match="stream:live"):
+        take_lease(contender, "ev", 30_000)
+    assert contender.seen_alive and time.monotonic() - started < 30  # not the 150 s wait
+
+
 def test_a_lease_taken_a_moment_ago_is_held_without_another_merge(spark, table_path):
     """``ttl run`` takes the lease, then the stream's start finds it held for a third of
     its duration (no second MERGE); after that, a release, or a lost race it is not."""

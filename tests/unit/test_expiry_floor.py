@@ -28,6 +28,10 @@ def test_own_writes_lower_it_and_sweeps_raise_it():
     assert floor.known_at(4) == 401
     floor.after_sweep(4, 4, 350, own=None)  # a sweep that deleted nothing made no commit
     assert floor.known_at(4) == 401
+    floor.after_metadata(4, 5)  # a table property (the stream-time floor): no row changed
+    assert floor.known_at(5) == 401
+    floor.after_metadata(5, 7)  # and someone else committed too
+    assert floor.known_at(7) is None
 
 
 def test_any_version_it_did_not_make_forgets_it():

@@ -400,7 +400,7 @@ class Publisher:
         try:
             position = delta_log.last_engine_commit(self.spark, self.path,
                                                     having="input_offsets")
-            self._carry({"stream_time": delta_log.max_stream_time(self.spark, self.path)})
+            self._carry({"stream_time": delta_log.stream_time(self.spark, self.path)})
             # The position this table holds, not one merged with the progress's: after a
             # restore from a point in time the progress's position is the old table's,
             # past what this one holds (none recorded: the position is unknown).

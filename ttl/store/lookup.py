@@ -110,14 +110,35 @@ class Lookup:
 MATCH_ROWS = 1 << 20
 
 
+#: Up to this many keys, a lookup names their ``key_hash`` values as literals, so the
+#: readers skip every file whose ``key_hash`` statistics hold none of them (delta-rs turns
+#: a literal ``IN`` list into the per-value test; Spark is given the ``OR`` itself, as its
+#: skipping tests an ``IN`` list as one min-max range). It prunes only as far as files
+#: cover narrow ``key_hash`` ranges (``layout``): beyond this many keys, most files hold
+#: one of them anyway, and the list would cost more to plan than it saves.
+PRUNE_KEYS = 1024
+
+
+def key_hash_predicate(keys: pa.Array, column: str = "key_hash") -> str | None:
+    """``column IN (...)`` of the keys' hashes for a batch of up to ``PRUNE_KEYS`` keys,
+    else ``None``."""
+    if len(keys) > PRUNE_KEYS:
+        return None
+    hashes = sorted(set(key_hashes(keys).to_pylist()))
+    return f"{column} IN ({', '.join(str(h) for h in hashes)})"
+
+
 def with_delta_rs(path: str, keys: pa.Array, version: int) -> pa.Table:
     """The delta-rs lookup: the table at ``version``, its narrow columns streamed in Arrow
-    batches and matched to ``keys`` (``is_in`` on the driver) ``MATCH_ROWS`` at a time."""
+    batches and matched to ``keys`` (``is_in`` on the driver) ``MATCH_ROWS`` at a time; a
+    small batch's reads only the files that can hold its keys (``PRUNE_KEYS``)."""
     from deltalake import DeltaTable, QueryBuilder
 
     table = DeltaTable(path, version=version)
+    pruning = key_hash_predicate(keys)
     reader = QueryBuilder().register("t", table).execute(
-        f"SELECT {', '.join(STORED_COLUMNS)} FROM t")
+        f"SELECT {', '.join(STORED_COLUMNS)} FROM t"
+        + (f" WHERE {pruning}" if pruning else ""))
     found, pending, rows = [], [], 0
     for raw in reader:
         batch = pa.record_batch(raw)  # an arro3 batch (Arrow's C interface) -> pyarrow
@@ -150,8 +171,13 @@ def with_spark(spark, path: str, keys: pa.Array, version: int) -> pa.Table:
 
     table = spark.read.format("delta").option("versionAsOf", version).load(path)
     if len(keys) <= LOOKUP_IN_LIST:
-        return (table.select(*STORED_COLUMNS)
-                .where(F.col("key").isin(keys.to_pylist())).toArrow())
+        hashes = set(key_hashes(keys).to_pylist())
+        prune = F.lit(False)
+        for h in sorted(hashes):  # an OR: Spark's skipping tests each value (PRUNE_KEYS)
+            prune = prune | (F.col("key_hash") == F.lit(h))
+        return (table.select("key_hash", *STORED_COLUMNS)
+                .where(prune & F.col("key").isin(keys.to_pylist()))
+                .select(*STORED_COLUMNS).toArrow())
     wanted = spark.createDataFrame(pa.table({"key": keys.cast(pa.binary()),
                                              "key_hash": key_hashes(keys)}))
     return (table.select("key_hash", *STORED_COLUMNS)

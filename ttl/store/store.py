@@ -16,12 +16,25 @@ from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
 from ttl import delta_log
-from ttl.clock import Clock, ClockKind, StreamTime, WallClock, batch_clock
+from ttl.clock import (
+    Clock,
+    ClockKind,
+    StreamTime,
+    WallClock,
+    batch_clock,
+)
 from ttl.config import StoreConfig
 from ttl.errors import InvalidRecordError
 from ttl.expiry_floor import ExpiryFloor
 from ttl.model import Semantics
-from ttl.names import HEADER_TS, HEADER_TTL, OP_BATCH, PROP_STREAM_TIME_FLOOR, PROP_TTL
+from ttl.names import (
+    HEADER_TS,
+    HEADER_TTL,
+    OP_BATCH,
+    PROP_STREAM_TIME_FLOOR,
+    PROP_STREAM_TIME_THROUGH,
+    PROP_TTL,
+)
 from ttl.phases import BatchPhases
 from ttl.record import Entry, Headers, InputRecord, ValueTimestampHeaders
 from ttl.store import layout
@@ -30,6 +43,12 @@ from ttl.store.lookup import Lookup
 from ttl.store.write import WriteResult, apply_batch
 
 log = logging.getLogger(__name__)
+
+#: How far the stream-time floor may fall behind the table (``raise_stream_time_floor``):
+#: a store's start-up reads at most about this many commits to recover its stream time,
+#: and a writer makes one metadata commit this often.
+FLOOR_EVERY = 100
+FLOOR_EVERY_S = 3_600.0
 
 API_PARTITION = -1  # point writes are not from an input partition
 WARM_GROUP = "ttl-warm-snapshot"  # the Spark job group of the snapshot warm-up
@@ -100,6 +119,7 @@ class DeltaStore:
         layout.ensure_dead_letter_table(self.spark, self.dead_letter_path)
         self.table_id = delta_log.position(self.spark, self.path)[1]  # writes check it
         self.stream_time = StreamTime(self.recover_stream_time())
+        self._floor_raised: tuple[int, float] | None = None  # (through, monotonic s)
         self.expiry_floor = ExpiryFloor()  # shared with for_thread twins: one table
         self.lookup = Lookup(conf.lookup)
         self._warming: threading.Event | None = None  # set once the new snapshot is computed
@@ -120,12 +140,33 @@ class DeltaStore:
     # -- stream time and clocks -------------------------------------------------------------
 
     def recover_stream_time(self) -> int | None:
-        """The max over every commit's recorded stream time and the table's floor property
-        (which outlives the log's retention)."""
-        floor = self.properties.get(PROP_STREAM_TIME_FLOOR)
-        found = [v for v in (delta_log.max_stream_time(self.spark, self.path),
-                             int(floor) if floor else None) if v is not None]
-        return max(found) if found else None
+        """The table's stream time (``delta_log.stream_time``: its floor and the commits
+        after the version the floor covers)."""
+        return delta_log.stream_time(self.spark, self.path, self.properties)
+
+    def raise_stream_time_floor(self, version: int) -> None:
+        """Keep the stream-time floor close behind the table's version (after a commit at
+        ``version``), so that recovering stream time reads a bounded number of commits:
+        at the first commit after the store opened, then every ``FLOOR_EVERY`` versions or
+        ``FLOOR_EVERY_S`` seconds, whichever comes first. The floor is computed from the
+        log (the old floor and the commits after it), never from this process's own stream
+        time, so a writer with a stale one cannot lower it; the two properties go in one
+        metadata commit, made in the batch thread (never beside a batch's write)."""
+        last = self._floor_raised
+        if last is not None and (version - last[0] < FLOOR_EVERY
+                                 and time.monotonic() - last[1] < FLOOR_EVERY_S):
+            return
+        self.properties = delta_log.properties(self.spark, self.path)
+        through = delta_log.latest_version(self.spark, self.path)
+        value = self.recover_stream_time()
+        if value is not None:
+            delta_log.retrying(lambda: layout.set_properties(self.spark, self.path, {
+                PROP_STREAM_TIME_FLOOR: str(value), PROP_STREAM_TIME_THROUGH: str(through)}),
+                what=f"the stream-time floor of {self.conf.name}")
+            # no row changed: the sweeps' bound on the earliest expiry still holds
+            self.expiry_floor.after_metadata(through, delta_log.latest_version(self.spark,
+                                                                                self.path))
+        self._floor_raised = (through, time.monotonic())
 
     def check_writable(self) -> None:
         """Refuse to commit unless the table is still the one this store opened

@@ -44,11 +44,11 @@ from dataclasses import dataclass, field
 from ttl import commit, delta_log
 from ttl.errors import StaleLookup
 from ttl.model import Counts, Semantics
-from ttl.names import PROP_LAST_NOOP_BATCH, PROP_STREAM_TIME_FLOOR
+from ttl.names import PROP_LAST_NOOP_BATCH
 from ttl.phases import BatchPhases
 from ttl.store.fold import batch_keys, fold_table
 from ttl.store.layout import key_hashes, set_properties
-from ttl.store.lookup import Lookup
+from ttl.store.lookup import PRUNE_KEYS, Lookup
 
 __all__ = ["WriteResult", "apply_batch"]
 
@@ -113,16 +113,21 @@ def _merge(spark, path: str, changes, wall_ms: int) -> None:
     # is the driver's Arrow rows, deterministic) made the rewrite slower, not faster (1M
     # keys, 100k updates: rewrite 5.4 s against 3.9-4.6 s), the Arrow rows being decoded
     # again for each pass over the source.
-    _merge_into(spark, path, frame(spark, _hashed(changes)), wall_ms)
+    # A small batch names its keys (``changed_keys_predicate``): only that target-only
+    # conjunct of the condition lets Delta skip files (it has no dynamic file pruning).
+    hashed = _hashed(changes)
+    prune = (f"({changed_keys_predicate(hashed, 't.')}) AND "
+             if hashed.num_rows <= PRUNE_KEYS else "")
+    _merge_into(spark, path, frame(spark, hashed), wall_ms, prune)
 
 
-def _merge_into(spark, path: str, changes, wall_ms: int) -> None:
+def _merge_into(spark, path: str, changes, wall_ms: int, prune: str = "") -> None:
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
     (
         DeltaTable.forPath(spark, path).alias("t")
-        .merge(changes.alias("s"), "t.key_hash = s.key_hash AND t.key = s.key")
+        .merge(changes.alias("s"), f"{prune}t.key_hash = s.key_hash AND t.key = s.key")
         .whenMatchedDelete(condition="s.kind = 'delete'")
         .whenMatchedUpdate(set={
             "value": "s.value", "ts": "s.ts", "headers": "s.headers",
@@ -195,6 +200,10 @@ def _replace(spark, path: str, changes, wall_ms: int) -> None:
     depend on it."""
     hashed = _hashed(changes)
     rows = frame(spark, _table_rows(hashed, wall_ms))
+    if hashed.num_rows <= PRUNE_KEYS:
+        (rows.write.format("delta").mode("overwrite")
+         .option("replaceWhere", changed_keys_predicate(hashed)).save(path))
+        return
     if not _removes(changes):
         (rows.write.format("delta").mode("overwrite")
          .option("replaceUsing", "key_hash, key").save(path))
@@ -207,6 +216,16 @@ def _replace(spark, path: str, changes, wall_ms: int) -> None:
          .save(path))
     finally:
         spark.catalog.dropTempView(view)
+
+
+def changed_keys_predicate(hashed, alias: str = "") -> str:
+    """The stored rows of a batch's changed keys, named as literals:
+    ``(key_hash = h AND key = X'..') OR ...``. Delta skips files by it value by value (an
+    ``OR`` of equalities, where an ``IN`` list is one min-max range; ``key`` has no
+    statistics, ``key_hash`` has), and it is exact: two keys with one hash stay apart."""
+    pairs = zip(hashed["key_hash"].to_pylist(), hashed["key"].to_pylist(), strict=True)
+    terms = [f"({alias}key_hash = {h} AND {alias}key = X'{k.hex()}')" for h, k in pairs]
+    return " OR ".join(terms)
 
 
 #: Delta's (internal) switches for ``replaceUsing`` and ``replaceOn`` in DataFrame writes;
@@ -238,12 +257,11 @@ _REPLACE_SUPPORTED: bool | None = None  # per process: one JVM, one Delta
 
 def _empty_commit(spark, path: str, meta: dict) -> None:
     """A commit with no data change, so an all-no-op batch still persists its stream time and
-    input offsets (Delta makes no commit for an empty append). It also raises the
-    ``ttl.stream_time.floor`` property, which outlives the log's retention."""
-    props = {PROP_LAST_NOOP_BATCH: str(meta["wall"])}
-    if meta.get("stream_time") is not None:
-        props[PROP_STREAM_TIME_FLOOR] = str(meta["stream_time"])
-    set_properties(spark, path, props)
+    input offsets (Delta makes no commit for an empty append): a table-property change that
+    carries the batch's metadata. It leaves the stream-time floor alone: the floor is kept
+    from the log (``DeltaStore.raise_stream_time_floor``), and a writer whose own stream
+    time is behind could lower it."""
+    set_properties(spark, path, {PROP_LAST_NOOP_BATCH: str(meta["wall"])})
 
 
 #: The write's Delta ``operationMetrics`` the batch log line carries (what it scanned,

@@ -1,0 +1,186 @@
+"""Benchmark: how a store's costs grow with its size (prints figures; not a test).
+
+    .venv/bin/python -m tests.bench.big_state                         # 1M and 10M keys
+    .venv/bin/python -m tests.bench.big_state --sizes 1000000,100000000   # opt-in, long
+    .venv/bin/python -m tests.bench.big_state --sizes 1000000 --layout unclustered
+
+For each size N, one table at a time (built, measured, removed):
+
+1. **build**: N keys written straight into a v3 store table by Spark, in files of
+   ``--rows-per-file`` rows; ``clustered`` (the default) gives each file a narrow
+   ``key_hash`` range, as ``eviction.optimize`` leaves a table; ``unclustered`` spreads
+   every file over the whole range, as appends do. 1,000 of the keys are due at the sweep's
+   T, the rest live for a week.
+2. **open**: a ``DeltaStore`` opened on it (layout checks, stream-time recovery, the
+   dead-letter table), as every command and the stream's start do.
+3. **batches** through ``DeltaStore.apply_batch``: ``--batches`` of 20 updates of stored
+   keys, as many of 20 new keys, and two of ``--w2`` uniform updates (W2); the median
+   commit time of each kind, with its lookup and write phases, and W2's records/s.
+4. **sweeps**: the one that evicts the 1,000 due entries, then one with nothing due.
+5. **status** (``ttl status``'s reads, delta-rs) and a **scrape** of the metrics endpoint.
+6. **memory**: the driver's peak RSS (Python) and the JVM's used heap after the batches.
+
+Then every figure's ratio to the first size's, from the same run. A 100M-key table takes
+about 9 GB of disk and an hour to build on 2 cores; 10M, about 0.9 GB and 6 minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from ttl import eviction, status
+from ttl.clock import FixedClock
+from ttl.config import StoreConfig, from_dict
+from ttl.phases import BatchPhases
+from ttl.spark import get_session
+from ttl.store import DeltaStore
+
+NOW = 1_700_000_000_000
+TTL = 7 * 86_400_000
+DUE = 1_000  # entries due at the sweep's T
+SWEEP_T = NOW - 1
+
+
+def build(spark, path: str, keys: int, rows_per_file: int, layout: str) -> float:
+    """The table at ``path``: ``keys`` keys, the first ``DUE`` due at ``SWEEP_T``."""
+    from pyspark.sql import functions as F
+
+    started = time.monotonic()
+    ts = F.lit(NOW - 3_600_000) + F.col("id") % 1000
+    rows = spark.range(keys).select(
+        F.unhex(F.sha2(F.col("id").cast("string"), 256).substr(1, 16)).alias("key"),
+        F.concat(F.lit(b"value-"), F.col("id").cast("string").cast("binary")).alias("value"),
+        ts.alias("ts"),
+        F.array().cast("array<struct<key:string,value:binary>>").alias("headers"),
+        F.when(F.col("id") < DUE, F.lit(SWEEP_T - 1)).otherwise(ts + F.lit(TTL))
+         .alias("expires_at"),
+        F.lit(NOW).alias("updated_at"),
+        F.lit(None).cast("bigint").alias("record_ttl"),
+    ).withColumn("key_hash", F.xxhash64("key"))
+    rows = rows.select("key", "value", "ts", "headers", "expires_at", "updated_at",
+                       "key_hash", "record_ttl")
+    files = max(1, -(-keys // rows_per_file))
+    if layout == "clustered":
+        rows = rows.repartitionByRange(files, "key_hash").sortWithinPartitions("key_hash")
+    else:
+        rows = rows.repartition(files)
+    rows.write.format("delta").mode("append").save(path)
+    return time.monotonic() - started
+
+
+def _updates(spark, keys: int, size: int, seed: int, new: bool = False):
+    """``size`` records: updates of stored keys drawn uniformly, or keys never stored."""
+    from pyspark.sql import functions as F
+
+    ids = (F.abs(F.xxhash64(F.col("id"), F.lit(seed))) % keys)
+    if new:
+        ids = F.lit(keys + seed * size) + F.col("id")
+    return spark.range(size).select(
+        F.unhex(F.sha2(ids.cast("string"), 256).substr(1, 16)).alias("key"),
+        F.concat(F.lit(b"new-"), F.col("id").cast("string").cast("binary")).alias("value"),
+        (F.lit(NOW) + F.col("id") % 1000).alias("timestamp"),
+        F.array().cast("array<struct<key:string,value:binary>>").alias("headers"),
+        F.lit(0).alias("partition"), (F.lit(seed * size) + F.col("id")).alias("offset"),
+    ).toArrow()
+
+
+def _timed_batches(spark, store, keys: int, size: int, count: int, seed: int,
+                   new: bool = False) -> dict[str, float]:
+    commits, lookups, writes = [], [], []
+    for i in range(count):
+        records = _updates(spark, keys, size, seed + i, new)
+        phases = BatchPhases(spark)
+        started = time.monotonic()
+        store.apply_batch(records, wall_ms=NOW + seed + i, phases=phases)
+        commits.append(time.monotonic() - started)
+        split = phases.as_dict()
+        phases.close()
+        lookups.append(split.get("lookup", 0.0))
+        writes.append(split.get("write", 0.0))
+    return {"commit_s": statistics.median(commits), "lookup_s": statistics.median(lookups),
+            "write_s": statistics.median(writes), "records_per_s": size / statistics.median(
+                commits)}
+
+
+def _jvm_heap_mb(spark) -> float:
+    runtime = spark.sparkContext._jvm.java.lang.Runtime.getRuntime()
+    return (runtime.totalMemory() - runtime.freeMemory()) / 2**20
+
+
+def measure(spark, keys: int, args) -> dict[str, float]:
+    work = Path(tempfile.mkdtemp(prefix="ttl-big-", dir=args.dir))
+    try:
+        path = str(work / "store")
+        conf = StoreConfig(name="big", path=path, ttl=TTL)
+        DeltaStore(spark, conf, wall_clock=FixedClock(NOW))  # creates the empty table
+        out = {"build_s": build(spark, path, keys, args.rows_per_file, args.layout)}
+        started = time.monotonic()
+        store = DeltaStore(spark, conf, wall_clock=FixedClock(NOW))
+        out["open_s"] = time.monotonic() - started
+        for name, new in (("update20", False), ("new20", True)):
+            figures = _timed_batches(spark, store, keys, 20, args.batches, 1_000, new)
+            out.update({f"{name}_{k}": v for k, v in figures.items() if k != "records_per_s"})
+        w2 = _timed_batches(spark, store, keys, args.w2, 2, 5_000)
+        out["w2_records_per_s"] = w2["records_per_s"]
+        out["w2_commit_s"] = w2["commit_s"]
+        store.wall_clock.set(SWEEP_T)
+        swept = eviction.sweep(store, "wall")
+        out["sweep_due_s"], out["sweep_evicted"] = swept.seconds, swept.evicted
+        out["sweep_none_s"] = eviction.sweep(store, "wall").seconds
+        profile = from_dict({"store": {"name": "big", "path": path, "ttl": "7d"},
+                             "kafka": {"input_topic": "x", "changelog_topic": "y"},
+                             "stream": {"checkpoint": str(work / "cp")}})
+        started = time.monotonic()
+        status.status(profile, None, wall_ms=NOW)
+        out["status_s"] = time.monotonic() - started
+        from ttl.metrics import TableFigures
+
+        figures = TableFigures(profile, every_s=0.0)
+        started = time.monotonic()
+        list(figures.collect())
+        out["scrape_s"] = time.monotonic() - started
+        out["files"] = spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()["numFiles"]
+        out["python_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        out["jvm_heap_mb"] = _jvm_heap_mb(spark)
+        return out
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1000000,10000000",
+                        help="Comma-separated key counts; ratios are to the first.")
+    parser.add_argument("--rows-per-file", type=int, default=100_000)
+    parser.add_argument("--layout", choices=("clustered", "unclustered"), default="clustered")
+    parser.add_argument("--batches", type=int, default=5)
+    parser.add_argument("--w2", type=int, default=100_000)
+    parser.add_argument("--dir", default=None, help="Where the tables go (default: /tmp).")
+    args = parser.parse_args()
+    spark = get_session()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    results = {}
+    for keys in sizes:
+        print(f"N={keys:,} keys ({args.layout}, {args.rows_per_file:,} rows a file)",
+              flush=True)
+        results[keys] = measure(spark, keys, args)
+        for k, v in results[keys].items():
+            print(f"  {k:24} {v:12,.3f}" if isinstance(v, float) else f"  {k:24} {v:12,}",
+                  flush=True)
+    base = results[sizes[0]]
+    print(f"\nratio to N={sizes[0]:,}")
+    print(f"  {'figure':24}" + "".join(f"{k:>14,}" for k in sizes[1:]))
+    for name in base:
+        row = "".join(f"{results[k][name] / base[name]:14.2f}" if base[name] else f"{'-':>14}"
+                      for k in sizes[1:])
+        print(f"  {name:24}{row}")
+
+
+if __name__ == "__main__":
+    main()
