@@ -100,6 +100,32 @@ def identity(spark, path: str) -> tuple[int, str, dict[str, str]]:
         jvm.scala.jdk.javaapi.CollectionConverters.asJava(snapshot.metadata().configuration()))
 
 
+def smallest_minimum(spark, path: str, column: str) -> tuple[int, int | None, bool]:
+    """From the newest snapshot's file statistics, no data read: its version, the
+    smallest ``minValues`` of ``column`` over its files (``None``: no file has one), and
+    whether that covers every file that may hold a non-null value (a file written without
+    statistics does not: its values are unknown).
+
+    Statistics are of a file as written: rows a deletion vector removed since still count,
+    so the value is a lower bound of the column's minimum, not the minimum."""
+    from pyspark.sql import DataFrame
+    from pyspark.sql import functions as F
+
+    snapshot = _updated(spark, path)
+    files = DataFrame(snapshot.allFiles().toDF(), spark)
+
+    def stat(name: str):
+        return F.get_json_object("stats", f"$.{name}").cast("bigint")
+
+    minimum = stat(f"minValues.{column}")
+    all_null = stat(f"nullCount.{column}") == stat("numRecords")
+    row = files.select(
+        F.min(minimum).alias("low"),
+        F.count(F.when(minimum.isNull() & ~F.coalesce(all_null, F.lit(False)), 1))
+        .alias("unknown")).first()
+    return int(snapshot.version()), row["low"], row["unknown"] == 0
+
+
 def latest_version(spark, path: str) -> int:
     """The table's current version, commits of other processes included.
 

@@ -116,8 +116,8 @@ def sweep(store, clock: SweepClock, t: int | None = None, *, dry_run: bool = Fal
 
 
 def prime_expiry_floor(store) -> int | None:
-    """Learn the table's earliest expiry now (one narrow aggregate), so the first sweep of a
-    run finds it known.
+    """Learn a bound on the table's earliest expiry now (from the log's statistics), so the
+    first sweep of a run finds it known.
 
     The stream calls this at start-up, before its query: otherwise its first wall sweep
     computes it under the store's lock, and the batches that come meanwhile wait (1.7 s
@@ -127,13 +127,14 @@ def prime_expiry_floor(store) -> int | None:
 
 def _earliest_expiry(store, version: int, table_id: str) -> int | None:
     """The driver's lower bound on the table's earliest expiry at ``version``, computed
-    (one narrow aggregate) when unknown; ``None`` when the table moved meanwhile."""
+    (``expiry_floor.earliest_expiry``: from the log's statistics) when unknown; ``None``
+    when the table moved meanwhile."""
     known = store.expiry_floor.known_at(version, table_id)
     if known is not None:
         return known
-    value = earliest_expiry(store.spark, store.path)
-    if delta_log.latest_version(store.spark, store.path) != version:
-        return None  # another commit landed while we read: sweep without the shortcut
+    read_at, value = earliest_expiry(store.spark, store.path)
+    if read_at != version:
+        return None  # another commit landed meanwhile: sweep without the shortcut
     store.expiry_floor.set(version, value, table_id)
     return store.expiry_floor.known_at(version, table_id)
 

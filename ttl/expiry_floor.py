@@ -79,8 +79,20 @@ class ExpiryFloor:
             self.version = after
 
 
-def earliest_expiry(spark, path: str) -> int | None:
-    """``min(expires_at)`` of the table now (one narrow aggregate)."""
+def earliest_expiry(spark, path: str) -> tuple[int, int | None]:
+    """A lower bound on ``min(expires_at)`` of the table at its newest version, and that
+    version: from the files' statistics (the log only, whatever the table's size), or,
+    when some file has none, one narrow aggregate over the rows.
+
+    A bound, not the minimum: a file's statistics still count rows that a sweep's
+    deletion vectors removed since, so after a restart the first sweep may find nothing
+    to delete; that sweep then raises the bound (``after_sweep``)."""
     from pyspark.sql import functions as F
 
-    return (spark.read.format("delta").load(path).select(F.min("expires_at")).first()[0])
+    from ttl import delta_log
+
+    version, low, complete = delta_log.smallest_minimum(spark, path, "expires_at")
+    if complete:
+        return version, low
+    return version, (spark.read.format("delta").option("versionAsOf", version).load(path)
+                     .select(F.min("expires_at")).first()[0])

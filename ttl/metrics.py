@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
@@ -31,18 +30,47 @@ LATENESS_BUCKETS = (0.1, 1, 5, 10, 30, 60, 300, 900, 3600, 86400)
 
 
 class TableFigures:
-    """Figures read from the tables when scraped (delta-rs, no Spark), at most every
-    ``every_s``: entries expired but not yet swept (at the store's clock), and the last
-    restore drill's result and time (the drill-history table, written by whichever process
-    runs drills). A failed read leaves the figure out of that scrape."""
+    """Figures read from the tables (delta-rs, no Spark) by a thread of their own, every
+    ``every_s``: entries expired but not yet swept (at the store's clock), the changelog's
+    lag in seconds, and the last restore drill's result and time (the drill-history table,
+    written by whichever process runs drills). A failed read leaves the figure out until
+    the next one succeeds.
+
+    A scrape only copies the last values: its time does not grow with the table or wait on
+    Kafka, so a liveness probe with a one-second timeout never sees the reads (before the
+    first read ends, the figures are absent)."""
 
     def __init__(self, conf, every_s: float = 30.0, kafka=None) -> None:
         self.conf = conf
         self.kafka = kafka  # for the changelog's lag in seconds (None: not exported)
         self.every_s = every_s
         self._lock = threading.Lock()
-        self._at = 0.0
         self._values: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def refresh(self) -> None:
+        """Read the figures now (the thread's step; tests call it directly)."""
+        values = self._read()
+        with self._lock:
+            self._values = values
+
+    def start(self) -> None:
+        """The reading thread (a daemon), once."""
+        with self._lock:
+            if self._thread is not None:
+                return
+            self._thread = threading.Thread(target=self._run, name="ttl-table-figures",
+                                            daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.refresh()
+            self._stop.wait(self.every_s)
 
     def _read(self) -> dict[str, float]:
         from deltalake import DeltaTable
@@ -73,15 +101,13 @@ class TableFigures:
         return values
 
     def collect(self):
+        self.start()
         with self._lock:
-            if time.monotonic() - self._at >= self.every_s:
-                self._values = self._read()
-                self._at = time.monotonic()
             values = dict(self._values)
         store = self.conf.store.name
         for key, name, doc in (
                 ("expired", "ttl_expired_not_swept", "Entries past their expiry that no "
-                 "sweep has removed yet (read at most every 30 s)"),
+                 "sweep has removed yet (read every 30 s)"),
                 ("drill_match", "ttl_last_drill_match", "1 if the last restore drill "
                  "matched the table, 0 if not"),
                 ("drill_at", "ttl_last_drill_timestamp_seconds", "When the last restore "
@@ -128,8 +154,10 @@ class Metrics:
         self.lease_held = Gauge("ttl_lease_held", "1 while this driver holds the store's "
                                 "lease", s, registry=r)
         self._server = None
-        if conf is not None:  # figures read from the tables when scraped
-            self.registry.register(TableFigures(conf, kafka=kafka))
+        self._figures = None
+        if conf is not None:  # figures read from the tables in the background
+            self._figures = TableFigures(conf, kafka=kafka)
+            self.registry.register(self._figures)
 
     def serve(self, port: int, address: str | None = None) -> None:
         """Serve ``/metrics`` on ``port`` (a daemon thread; ``close`` stops it), at
@@ -141,6 +169,8 @@ class Metrics:
         log.info("metrics for store %s on http://%s:%s/metrics", self.store, address, port)
 
     def close(self) -> None:
+        if self._figures is not None:
+            self._figures.stop()
         if self._server is not None:
             server, thread = self._server
             server.shutdown()

@@ -8,16 +8,17 @@ For each size N, one table at a time (built, measured, removed):
 
 1. **build**: N keys written straight into a v3 store table by Spark, in files of
    ``--rows-per-file`` rows; ``clustered`` (the default) gives each file a narrow
-   ``key_hash`` range, as ``eviction.optimize`` leaves a table; ``unclustered`` spreads
-   every file over the whole range, as appends do. 1,000 of the keys are due at the sweep's
-   T, the rest live for a week.
+   ``key_hash`` range; ``unclustered`` spreads every file over the whole range, as appends
+   do; ``expiry`` orders the files by ``expires_at``, as a Z-order by it does. 1,000 of
+   the keys are due at the sweep's T, the rest live for a week.
 2. **open**: a ``DeltaStore`` opened on it (layout checks, stream-time recovery, the
    dead-letter table), as every command and the stream's start do.
 3. **batches** through ``DeltaStore.apply_batch``: ``--batches`` of 20 updates of stored
    keys, as many of 20 new keys, and two of ``--w2`` uniform updates (W2); the median
    commit time of each kind, with its lookup and write phases, and W2's records/s.
 4. **sweeps**: the one that evicts the 1,000 due entries, then one with nothing due.
-5. **status** (``ttl status``'s reads, delta-rs) and a **scrape** of the metrics endpoint.
+5. **status** (``ttl status``'s reads, delta-rs), the metrics' table figures (read in the
+   background) and a **scrape** of them.
 6. **memory**: the driver's peak RSS (Python) and the JVM's used heap after the batches.
 
 Then every figure's ratio to the first size's, from the same run. A 100M-key table takes
@@ -68,6 +69,8 @@ def build(spark, path: str, keys: int, rows_per_file: int, layout: str) -> float
     files = max(1, -(-keys // rows_per_file))
     if layout == "clustered":
         rows = rows.repartitionByRange(files, "key_hash").sortWithinPartitions("key_hash")
+    elif layout == "expiry":
+        rows = rows.repartitionByRange(files, "expires_at").sortWithinPartitions("expires_at")
     else:
         rows = rows.repartition(files)
     rows.write.format("delta").mode("append").save(path)
@@ -141,10 +144,14 @@ def measure(spark, keys: int, args) -> dict[str, float]:
         out["status_s"] = time.monotonic() - started
         from ttl.metrics import TableFigures
 
-        figures = TableFigures(profile, every_s=0.0)
+        figures = TableFigures(profile, every_s=3_600)
         started = time.monotonic()
-        list(figures.collect())
+        figures.refresh()  # what the figures' thread reads every 30 s
+        out["figures_read_s"] = time.monotonic() - started
+        started = time.monotonic()
+        list(figures.collect())  # a scrape
         out["scrape_s"] = time.monotonic() - started
+        figures.stop()
         out["files"] = spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()["numFiles"]
         out["python_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         out["jvm_heap_mb"] = _jvm_heap_mb(spark)
@@ -158,7 +165,8 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000000,10000000",
                         help="Comma-separated key counts; ratios are to the first.")
     parser.add_argument("--rows-per-file", type=int, default=100_000)
-    parser.add_argument("--layout", choices=("clustered", "unclustered"), default="clustered")
+    parser.add_argument("--layout", choices=("clustered", "unclustered", "expiry"),
+                        default="clustered")
     parser.add_argument("--batches", type=int, default=5)
     parser.add_argument("--w2", type=int, default=100_000)
     parser.add_argument("--dir", default=None, help="Where the tables go (default: /tmp).")

@@ -86,8 +86,8 @@ def test_the_engines_own_tables_declare_no_deletion_vectors(spark, tmp_path):
 
 def test_scraped_table_figures_count_expired_entries_and_report_the_last_drill(spark,
                                                                                tmp_path):
-    """The metrics read from the tables at scrape time (delta-rs): entries expired but not
-    swept at the store's clock, and the last drill's result from the drill history."""
+    """The metrics read from the tables (delta-rs, in the background): entries expired but
+    not swept at the store's clock, and the last drill's result from the drill history."""
     from ttl.config import from_dict
     from ttl.drill import DrillReport, _record_drill
     from ttl.metrics import TableFigures
@@ -100,6 +100,14 @@ def test_scraped_table_figures_count_expired_entries_and_report_the_last_drill(s
     store.apply_records(recs((b"a", b"v", NOW), (b"b", b"v", NOW)))  # long expired by now
     _record_drill(spark, conf, DrillReport("interop", 1, "y", NOW - 5_000))
     _record_drill(spark, conf, DrillReport("interop", 2, "y", NOW, missing=1))
-    figures = {f.name: f.samples[0].value for f in TableFigures(conf).collect()}
+    # A scrape copies what the figures' own thread last read: it never waits for a read.
+    from tests.support import wait_until
+
+    table = TableFigures(conf, every_s=3_600)
+    try:
+        figures = wait_until(lambda: {f.name: f.samples[0].value for f in table.collect()},
+                             timeout=60, what="the figures' first read")
+    finally:
+        table.stop()
     assert figures == {"ttl_expired_not_swept": 2, "ttl_last_drill_match": 0.0,
                        "ttl_last_drill_timestamp_seconds": NOW / 1000}
