@@ -281,11 +281,9 @@ def test_replayed_batch_with_the_same_txn_is_not_applied_twice(spark, table_path
 def test_a_batch_that_upserts_is_a_replace_and_gives_the_merges_table(spark, tmp_path,
                                                                      monkeypatch):
     """A batch that upserts (stored keys and new ones, with or without removals) is one
-    replace commit: the stored rows of its changed keys go, its upserts come in, every
-    other row stays; the table is the one a MERGE gives, and a replay by its txn id is
-    skipped. A small batch's replace names its keys (``replaceWhere``, which skips files);
-    a large one's is Delta's ``replaceUsing``/``replaceOn`` (forced here by a threshold of
-    0). A batch that only removes keys is a MERGE."""
+    replace commit (Delta's ``replaceOn``): the stored rows of its changed keys go, its
+    upserts come in, every other row stays; the table is the one a MERGE gives, and a replay
+    by its txn id is skipped. A batch that only removes keys is a MERGE."""
     from ttl import delta_log
     from ttl.store import write
     from ttl.timestamps import NO_TIMESTAMP
@@ -305,32 +303,30 @@ def test_a_batch_that_upserts_is_a_replace_and_gives_the_merges_table(spark, tmp
     removals = [InputRecord(b"k08", None, NOW + 2, (), 0, 111),
                 InputRecord(b"k09", None, NOW + 2, (), 0, 112)]
     tables, counts = {}, {}
-    for way in ("replace", "replace_by_key", "merge"):
-        monkeypatch.setattr(write, "_REPLACE_SUPPORTED", way != "merge")
-        monkeypatch.setattr(write, "PRUNE_KEYS", 0 if way == "replace_by_key" else 1024)
+    for way in ("replace", "merge"):
+        monkeypatch.setattr(write, "_REPLACE_SUPPORTED", way == "replace")
         path = str(tmp_path / way)
         store = make_store(spark, path)
         assert store.apply_records(load).write == "append"
         for n, batch in enumerate((upserts, mixed)):
             first = store.apply_records(batch, txn=("app", n))
-            assert first.write == way.removesuffix("_by_key") and first.applied
+            assert first.write == way and first.applied
             counts[way, n] = first.counts.as_dict()
             assert delta_log.commit_info(spark, path, first.version).operation == \
-                ("MERGE" if way == "merge" else "WRITE")
+                ("WRITE" if way == "replace" else "MERGE")
             again = store.apply_records(batch, txn=("app", n))
             assert not again.applied and again.version == first.version
         removed = store.apply_records(removals)
         assert removed.write == "merge" and removed.rows_deleted == 2
         tables[way] = store.entries(at=NO_TIMESTAMP)
-    assert tables["replace"] == tables["merge"] == tables["replace_by_key"]
-    assert all(counts["replace", n] == counts["merge", n] == counts["replace_by_key", n]
-               for n in (0, 1))
+    assert tables["replace"] == tables["merge"]
+    assert all(counts["replace", n] == counts["merge", n] for n in (0, 1))
     assert len(tables["replace"]) == 37  # 40 + fresh - k03 - k06 - k08 - k09
     assert tables["replace"][b"k05"].value == b"b"  # the later of two equal timestamps
     assert tables["replace"][b"k04"].value == b"w" and b"k06" not in tables["replace"]
     rows = spark.read.format("delta").load(str(tmp_path / "replace"))
     assert rows.count() == 37  # one row per key: nothing inserted twice
-    for way in ("replace", "replace_by_key", "merge"):  # key_hash: Spark's, computed here
+    for way in ("replace", "merge"):  # key_hash, computed in the driver, is Spark's
         written = spark.read.format("delta").load(str(tmp_path / way))
         assert written.where("key_hash != xxhash64(key)").count() == 0
         assert written.where(f"updated_at IS NULL OR updated_at != {NOW}").count() == 0
@@ -470,10 +466,10 @@ def test_a_commit_between_the_lookup_and_the_write_makes_the_batch_look_up_again
 
 def test_a_key_in_a_file_without_key_hash_statistics_is_still_found_and_replaced(
         spark, table_path):
-    """Lookups and replaces skip files by their ``key_hash`` statistics; a file with none
-    (written with statistics off, as by an older writer) or one covering the whole range
-    is read, never skipped: the batch finds the stored key, replaces it, and the table
-    keeps one row per key, whatever the file layout."""
+    """Lookups skip files by their ``key_hash`` statistics; a file with none (written with
+    statistics off, as by an older writer) or one covering the whole range is read, never
+    skipped: the batch finds the stored key, replaces it, and the table keeps one row per
+    key, whatever the file layout."""
     import pyarrow as pa
 
     from ttl.store.lookup import with_delta_rs, with_spark

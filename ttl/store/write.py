@@ -48,7 +48,7 @@ from ttl.names import PROP_LAST_NOOP_BATCH
 from ttl.phases import BatchPhases
 from ttl.store.fold import batch_keys, fold_table
 from ttl.store.layout import key_hashes, set_properties
-from ttl.store.lookup import PRUNE_KEYS, Lookup
+from ttl.store.lookup import Lookup
 
 __all__ = ["WriteResult", "apply_batch"]
 
@@ -113,21 +113,16 @@ def _merge(spark, path: str, changes, wall_ms: int) -> None:
     # is the driver's Arrow rows, deterministic) made the rewrite slower, not faster (1M
     # keys, 100k updates: rewrite 5.4 s against 3.9-4.6 s), the Arrow rows being decoded
     # again for each pass over the source.
-    # A small batch names its keys (``changed_keys_predicate``): only that target-only
-    # conjunct of the condition lets Delta skip files (it has no dynamic file pruning).
-    hashed = _hashed(changes)
-    prune = (f"({changed_keys_predicate(hashed, 't.')}) AND "
-             if hashed.num_rows <= PRUNE_KEYS else "")
-    _merge_into(spark, path, frame(spark, hashed), wall_ms, prune)
+    _merge_into(spark, path, frame(spark, _hashed(changes)), wall_ms)
 
 
-def _merge_into(spark, path: str, changes, wall_ms: int, prune: str = "") -> None:
+def _merge_into(spark, path: str, changes, wall_ms: int) -> None:
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
     (
         DeltaTable.forPath(spark, path).alias("t")
-        .merge(changes.alias("s"), f"{prune}t.key_hash = s.key_hash AND t.key = s.key")
+        .merge(changes.alias("s"), "t.key_hash = s.key_hash AND t.key = s.key")
         .whenMatchedDelete(condition="s.kind = 'delete'")
         .whenMatchedUpdate(set={
             "value": "s.value", "ts": "s.ts", "headers": "s.headers",
@@ -200,10 +195,6 @@ def _replace(spark, path: str, changes, wall_ms: int) -> None:
     depend on it."""
     hashed = _hashed(changes)
     rows = frame(spark, _table_rows(hashed, wall_ms))
-    if hashed.num_rows <= PRUNE_KEYS:
-        (rows.write.format("delta").mode("overwrite")
-         .option("replaceWhere", changed_keys_predicate(hashed)).save(path))
-        return
     if not _removes(changes):
         (rows.write.format("delta").mode("overwrite")
          .option("replaceUsing", "key_hash, key").save(path))
@@ -216,16 +207,6 @@ def _replace(spark, path: str, changes, wall_ms: int) -> None:
          .save(path))
     finally:
         spark.catalog.dropTempView(view)
-
-
-def changed_keys_predicate(hashed, alias: str = "") -> str:
-    """The stored rows of a batch's changed keys, named as literals:
-    ``(key_hash = h AND key = X'..') OR ...``. Delta skips files by it value by value (an
-    ``OR`` of equalities, where an ``IN`` list is one min-max range; ``key`` has no
-    statistics, ``key_hash`` has), and it is exact: two keys with one hash stay apart."""
-    pairs = zip(hashed["key_hash"].to_pylist(), hashed["key"].to_pylist(), strict=True)
-    terms = [f"({alias}key_hash = {h} AND {alias}key = X'{k.hex()}')" for h, k in pairs]
-    return " OR ".join(terms)
 
 
 #: Delta's (internal) switches for ``replaceUsing`` and ``replaceOn`` in DataFrame writes;
