@@ -68,6 +68,8 @@ LEASE_SUFFIX = "_lease"
 DEAD_LETTERS_SUFFIX = "_dead_letters"
 DRILLS_SUFFIX = "_drills"
 DRILL_SCRATCH_SUFFIX = "_drill_scratch"  # drills' scratch tables (``drill.scratch``)
+# A batch's expired-on-arrival keys when too many for its commit's metadata (``write``)
+EXPIRED_KEYS_SUFFIX = "_expired_keys"
 PROGRESS_TOPIC_SUFFIX = "-progress"
 
 

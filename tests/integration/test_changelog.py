@@ -281,6 +281,34 @@ def test_killed_publisher_resumes_with_no_gap_and_no_reordering(spark, kafka, kc
     assert all(v == [1] for k, v in versions.items() if k != b"k5")
 
 
+def test_a_batch_with_many_expired_on_arrival_keys_keeps_them_out_of_its_metadata(
+        spark, kafka, kconf, table_path, monkeypatch):
+    """Beyond ``EXPIRED_KEYS_INLINE`` keys (1 here), a batch's expired-on-arrival keys go to
+    the expired-keys table under its write's id, not into every commit's metadata; the
+    changelog still tags each one's tombstone ``ttl.op=expire``, and a deleted key in the
+    same batch ``delete``."""
+    from ttl import delta_log
+    from ttl.store import write
+
+    monkeypatch.setattr(write, "EXPIRED_KEYS_INLINE", 1)
+    store = make_store(spark, table_path)
+    store.apply_records([InputRecord(k, b"v", NOW - TTL + 10, (), 0, i)
+                         for i, k in enumerate((b"a", b"b", b"c", b"d"))])
+    old = (("ttl.ttl", b"5"),)
+    batch = store.apply_records([InputRecord(b"a", b"x", NOW - TTL, old, 0, 4),
+                                 InputRecord(b"b", b"x", NOW - TTL, old, 0, 5),
+                                 InputRecord(b"c", b"x", NOW - TTL, old, 0, 6),
+                                 InputRecord(b"d", None, NOW, (), 0, 7)])
+    meta = delta_log.commit_info(spark, table_path, batch.version).metadata
+    assert meta["expired_keys"] == write.EXPIRED_KEYS_ASIDE
+    assert sorted(write.expired_keys(spark, table_path, meta)) == ["61", "62", "63"]
+    publisher(spark, store, kconf, kafka).publish()
+    msgs = read_changelog(kafka, kconf, 8)
+    ops = sorted((m.key(), engine(m)["ttl.op"]) for m in msgs
+                 if engine(m)["ttl.version"] == str(batch.version).encode())
+    assert ops == [(b"a", b"expire"), (b"b", b"expire"), (b"c", b"expire"), (b"d", b"delete")]
+
+
 # A batch that only removes keys is a MERGE (change files); one that upserts is a replace
 # (its change feed, read from deletion vectors, says delete + insert for an updated key and
 # delete for a removed one; without deletion vectors it rewrites files and writes change

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
@@ -54,6 +54,7 @@ from ttl.names import (
     progress_topic,
     publisher_transactional_id,
 )
+from ttl.store.write import expired_keys
 
 log = logging.getLogger(__name__)
 
@@ -450,7 +451,8 @@ class Publisher:
         for version in range(start, end + 1):
             meta = metadata.get(version, {})
             self._carry(meta)
-            removal = _removal(meta)
+            removal = _removal(meta, lambda meta=meta: expired_keys(self.spark, self.path,
+                                                                    meta))
             while pending is not None and pending[0] == version:
                 for key, value, headers in fmt.records(pending[1], version + self.offset,
                                                        self.progress.stream_time, removal):
@@ -579,16 +581,23 @@ def _known_runs(version: int, changes) -> Iterator[tuple[int, object]]:
         yield version, batch.append_column("present", pc.equal(batch.column("kind"), "upsert"))
 
 
-def _removal(meta: dict) -> fmt.Removal:
+def _removal(meta: dict, expired: Callable[[], list[str]]) -> fmt.Removal:
     """How a version's removed keys are told (BRIEF §5): a sweep's as expired by its clock,
-    the keys a batch lists as expired on arrival by the batch's clock, any other as
-    deleted."""
+    the keys a batch lists as expired on arrival (``expired``: read only when a key is
+    removed) by the batch's clock, any other as deleted."""
     if meta.get("op") == OP_SWEEP:
         clock = meta.get("clock")
         return lambda key: ("expire", clock)
-    expired = set(meta.get("expired_keys") or ())
     clock = _batch_clock(meta)
-    return lambda key: ("expire", clock) if key.hex() in expired else ("delete", None)
+    listed: set[str] | None = None
+
+    def told(key: bytes):
+        nonlocal listed
+        if listed is None:
+            listed = set(expired()) if meta.get("expired_keys") else set()
+        return ("expire", clock) if key.hex() in listed else ("delete", None)
+
+    return told
 
 
 def _batch_clock(meta: dict) -> str:

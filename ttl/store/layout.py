@@ -165,6 +165,16 @@ def ensure_store_table(spark, path: str, name: str, ttl_ms: int | None, *,
     return props
 
 
+#: A batch's expired-on-arrival keys, by the id of the write that removed them, when there
+#: are too many for its commit's metadata (``write.EXPIRED_KEYS_INLINE``).
+EXPIRED_KEYS_COLUMNS = "write_id STRING NOT NULL, key BINARY NOT NULL"
+
+
+def ensure_expired_keys_table(spark, path: str) -> None:
+    spark.sql(f"CREATE TABLE IF NOT EXISTS delta.`{path}` ({EXPIRED_KEYS_COLUMNS}) USING delta "
+              f"{PLAIN_TABLE}")
+
+
 def ensure_dead_letter_table(spark, path: str) -> None:
     spark.sql(
         f"CREATE TABLE IF NOT EXISTS delta.`{path}` ({DEAD_LETTER_COLUMNS}) USING delta "

@@ -44,10 +44,10 @@ from dataclasses import dataclass, field
 from ttl import commit, delta_log
 from ttl.errors import StaleLookup
 from ttl.model import Counts, Semantics
-from ttl.names import PROP_LAST_NOOP_BATCH
+from ttl.names import EXPIRED_KEYS_SUFFIX, PROP_LAST_NOOP_BATCH, sibling
 from ttl.phases import BatchPhases
 from ttl.store.fold import batch_keys, fold_table
-from ttl.store.layout import key_hashes, set_properties
+from ttl.store.layout import ensure_expired_keys_table, key_hashes, set_properties
 from ttl.store.lookup import Lookup
 
 __all__ = ["WriteResult", "apply_batch"]
@@ -106,6 +106,40 @@ def _write_dead_letters(spark, rejects, dead_letter_path: str, wall_ms: int,
     if txn is not None:
         writer = writer.option("txnAppId", f"{txn[0]}:dead-letters").option("txnVersion", txn[1])
     writer.save(dead_letter_path)
+
+
+#: Up to this many expired-on-arrival keys travel in the batch commit's metadata
+#: (``expired_keys``: their hex, so the changelog tags their tombstones ``ttl.op=expire``).
+#: More, after a long outage say, would make every commit's metadata (and the session
+#: setting Spark ships with every task) megabytes: they go to the store's expired-keys
+#: table under the write's id, before the commit, and the metadata says so
+#: (``EXPIRED_KEYS_ASIDE``). A write that fails and runs again leaves its rows there
+#: under an id no commit carries: never read.
+EXPIRED_KEYS_INLINE = 1_000
+EXPIRED_KEYS_ASIDE = "table"
+
+
+def _write_expired_keys(spark, path: str, write_id: str, hex_keys: list[str]) -> None:
+    import pyarrow as pa
+
+    ensure_expired_keys_table(spark, path)
+    rows = pa.table({"write_id": pa.repeat(pa.scalar(write_id), len(hex_keys)),
+                     "key": pa.array([bytes.fromhex(k) for k in hex_keys], pa.binary())})
+    frame(spark, rows).write.format("delta").mode("append").save(path)
+
+
+def expired_keys(spark, store_path: str, meta: dict) -> list[str]:
+    """The hex keys a batch commit's metadata says it removed as expired on arrival: its
+    list, or its rows in the expired-keys table (``EXPIRED_KEYS_INLINE``)."""
+    listed = meta.get("expired_keys") or []
+    if listed != EXPIRED_KEYS_ASIDE:
+        return list(listed)
+    from pyspark.sql import functions as F
+
+    rows = (spark.read.format("delta").load(sibling(store_path, EXPIRED_KEYS_SUFFIX))
+            .where(F.col("write_id") == meta["write_id"]).select(F.hex("key").alias("k"))
+            .collect())
+    return [r.k.lower() for r in rows]
 
 
 def _merge(spark, path: str, changes, wall_ms: int) -> None:
@@ -330,6 +364,11 @@ def apply_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
         result.max_ts if before is None else max(before, result.max_ts))
     final_meta = {**metadata, "stream_time": after, "t0": t0, "wall": wall_ms,
                   "expired_keys": folded.expired_keys, "write_id": uuid.uuid4().hex}
+    if len(folded.expired_keys) > EXPIRED_KEYS_INLINE:
+        with phases.phase("expired_keys"):
+            _write_expired_keys(spark, sibling(path, EXPIRED_KEYS_SUFFIX),
+                                final_meta["write_id"], folded.expired_keys)
+        final_meta["expired_keys"] = EXPIRED_KEYS_ASIDE
     with phases.phase("write"):
         result.version_before = version_before
         result.write = _write_kind(spark, folded.changes, stored,
