@@ -21,7 +21,10 @@ For each size N, one table at a time (built, measured, removed):
    background) and a **scrape** of them.
 6. **memory**: the driver's peak RSS (Python) and the JVM's used heap after the batches.
 
-Then every figure's ratio to the first size's, from the same run. A 100M-key table takes
+Then every figure's ratio to the first size's, from the same run. With ``--commits``,
+start-up against the log's length instead: a store whose log holds that many engine
+commits, opened with its stream-time floor 50 commits behind, beside the whole-history read
+a start-up used to make. A 100M-key table takes
 about 9 GB of disk and an hour to build on 2 cores; 10M, about 0.9 GB and 6 minutes.
 """
 
@@ -160,6 +163,61 @@ def measure(spark, keys: int, args) -> dict[str, float]:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def _engine_commits(path: str, first: int, count: int, stream_time: int) -> None:
+    """``count`` commits from version ``first`` on, written straight into the log: engine
+    batch metadata and no action, so a long log costs seconds to make (a delta-rs append
+    each took 60 ms here); Delta and delta-rs read such a commit as an empty one."""
+    import json
+
+    log_dir = Path(path) / "_delta_log"
+    for version in range(first, first + count):
+        meta = json.dumps({"ttl": 1, "op": "batch", "store": "big", "whole_position": True,
+                           "stream_time": stream_time + version,
+                           "input_offsets": {"0": version}}, separators=(",", ":"))
+        info = {"commitInfo": {"timestamp": NOW + version, "operation": "WRITE",
+                               "operationParameters": {"mode": "Append"},
+                               "userMetadata": meta, "isBlindAppend": True}}
+        (log_dir / f"{version:020d}.json").write_text(json.dumps(info) + "\n")
+
+
+def log_growth(spark, commits: int, args) -> dict[str, float]:
+    """A store whose log holds ``commits`` engine commits (then a checkpoint, as Delta
+    keeps them), opened as the engine does: its floor raised by the stream, 50 commits
+    after it; against the whole-history read a start-up used to make."""
+    from deltalake import DeltaTable
+
+    from ttl import delta_log
+
+    work = Path(tempfile.mkdtemp(prefix="ttl-log-", dir=args.dir))
+    try:
+        path = str(work / "store")
+        conf = StoreConfig(name="big", path=path, ttl=TTL)
+        DeltaStore(spark, conf, wall_clock=FixedClock(NOW))
+        first = delta_log.latest_version(spark, path) + 1
+        started = time.monotonic()
+        _engine_commits(path, first, commits, NOW)
+        DeltaTable(path).create_checkpoint()
+        out = {"build_s": time.monotonic() - started}
+        store = DeltaStore(spark, conf, wall_clock=FixedClock(NOW))
+        store.raise_stream_time_floor(delta_log.latest_version(spark, path))
+        latest = delta_log.latest_version(spark, path)
+        _engine_commits(path, latest + 1, 50, NOW)
+        started = time.monotonic()
+        whole = delta_log.max_stream_time(spark, path)
+        out["whole_log_read_s"] = time.monotonic() - started
+        started = time.monotonic()
+        opened = DeltaStore(spark, conf, wall_clock=FixedClock(NOW))
+        out["open_s"] = time.monotonic() - started
+        started = time.monotonic()
+        position = delta_log.last_engine_commit(spark, path, having="input_offsets")
+        out["position_s"] = time.monotonic() - started
+        assert opened.stream_time.value == whole, (opened.stream_time.value, whole)
+        assert position is not None
+        return out
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000000,10000000",
@@ -170,10 +228,22 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=5)
     parser.add_argument("--w2", type=int, default=100_000)
     parser.add_argument("--dir", default=None, help="Where the tables go (default: /tmp).")
+    parser.add_argument("--commits", default="",
+                        help="Comma-separated log lengths: measure start-up against them "
+                             "instead of table sizes (e.g. 1000,10000,100000).")
     args = parser.parse_args()
     spark = get_session()
-    sizes = [int(s) for s in args.sizes.split(",")]
     results = {}
+    if args.commits:
+        sizes = [int(s) for s in args.commits.split(",")]
+        for commits in sizes:
+            print(f"a log of {commits:,} engine commits", flush=True)
+            results[commits] = log_growth(spark, commits, args)
+            for k, v in results[commits].items():
+                print(f"  {k:24} {v:12,.3f}", flush=True)
+        _ratios(results, sizes)
+        return
+    sizes = [int(s) for s in args.sizes.split(",")]
     for keys in sizes:
         print(f"N={keys:,} keys ({args.layout}, {args.rows_per_file:,} rows a file)",
               flush=True)
@@ -181,6 +251,10 @@ def main() -> None:
         for k, v in results[keys].items():
             print(f"  {k:24} {v:12,.3f}" if isinstance(v, float) else f"  {k:24} {v:12,}",
                   flush=True)
+    _ratios(results, sizes)
+
+
+def _ratios(results: dict, sizes: list[int]) -> None:
     base = results[sizes[0]]
     print(f"\nratio to N={sizes[0]:,}")
     print(f"  {'figure':24}" + "".join(f"{k:>14,}" for k in sizes[1:]))
