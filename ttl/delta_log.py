@@ -328,13 +328,20 @@ def find_commit(spark, path: str, *, op: str, key: str, value: str,
                 since: int) -> Commit | None:
     """The engine commit after version ``since`` with ``op`` whose metadata says
     ``key = value`` (e.g. a sweep by its id); ``None`` if Delta made no commit for it.
-    Commit files are read directly: an operation knows the version it started from."""
-    for version in range(latest_version(spark, path), since, -1):
+    Commit files are read directly, forward from ``since`` until one does not exist: an
+    operation knows the version it started from, and no listing of the log is made (on a
+    local file system a listing reads the whole ``_delta_log`` directory, whose files grow
+    with the log's retention)."""
+    version, latest = since + 1, None
+    while True:
         found = commit_info(spark, path, version)
-        meta = (found.metadata or {}) if found is not None else {}
-        if meta.get("op") == op and meta.get(key) == value:
+        if found is None:  # the end of the log, or a commit without commitInfo: list once
+            latest = latest_version(spark, path) if latest is None else latest
+            if version > latest:
+                return None
+        elif (found.metadata or {}).get("op") == op and found.metadata.get(key) == value:
             return found
-    return None
+        version += 1
 
 
 def max_stream_time(spark, path: str, after: int | None = None) -> int | None:
