@@ -296,8 +296,8 @@ def _newest_first(spark, path: str, wanted: Callable[[dict | None], bool], cond,
     oldest = max(-1, latest - DIRECT_READS)
     for version in range(latest, oldest, -1):
         found = commit_info(spark, path, version)
-        if found is None:  # the log no longer holds it, nor anything older
-            return
+        if found is None:  # cleaned up, or a commit without commitInfo: nothing to match
+            continue
         if wanted(found.metadata):
             yield found
             given += 1
@@ -364,7 +364,14 @@ def max_stream_time(spark, path: str, after: int | None = None) -> int | None:
             times = [(c.metadata or {}).get("stream_time") for c in found if c is not None]
             times = [int(t) for t in times if t is not None]
             return max(times) if times else None
-        history = _history(spark, path, latest - after).where(F.col("version") > after)
+        # history(n) is the newest n commits when it runs: commits that landed since
+        # ``latest`` was read would push the oldest wanted ones out, so read some more,
+        # and the whole log if even that did not reach back to ``after``.
+        history = _history(spark, path, latest - after + DIRECT_READS)
+        oldest = history.select(F.min("version")).first()[0]
+        if oldest is not None and oldest > after + 1:
+            history = _history(spark, path)
+        history = history.where(F.col("version") > after)
     else:
         history = _history(spark, path)
     return (history.where(_meta("ttl") == "1")
@@ -376,6 +383,8 @@ def stream_time(spark, path: str, props: dict[str, str] | None = None) -> int | 
     and the commits after the version the floor covers (every commit still in the log when
     it covers none). ``props``: the table's properties, if already read."""
     floor, through = stream_time_floor(properties(spark, path) if props is None else props)
+    if through is not None and through > latest_version(spark, path):
+        through = None  # another log's versions (a table cloned with its properties)
     found = [v for v in (max_stream_time(spark, path, through), floor) if v is not None]
     return max(found) if found else None
 

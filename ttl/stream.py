@@ -80,16 +80,19 @@ TAKE_LEASE_SLACK_S = 60
 def take_lease(lease: Lease, store_name: str, lease_ms: int) -> None:
     """Take the store's lease; a crashed predecessor's lease lapses within one lease period,
     so wait that long (plus slack) before giving up with ``StreamOwned``, which a holder
-    seen renewing its lease gets at once."""
+    seen renewing its lease gets after one lease duration."""
     if lease.held():  # taken a moment ago (``ttl run`` takes it before the stream starts)
         return
     # A lapse is seen by watching the row unchanged for a lease duration (``ttl.lease``),
     # after a first look that is itself a Delta read: on a loaded machine each can take
-    # seconds, so the wait allows for them. A holder seen renewing is alive: named at once.
-    deadline = time.monotonic() + 3 * lease_ms / 1000 + TAKE_LEASE_SLACK_S
+    # seconds, so the wait allows for them. A holder seen renewing is alive: named once we
+    # have watched for a lease duration (a holder shutting down cleanly releases it by then).
+    started = time.monotonic()
+    deadline = started + 3 * lease_ms / 1000 + TAKE_LEASE_SLACK_S
     while not lease.acquire():
         other = lease.held_by_other()
-        if lease.seen_alive or time.monotonic() > deadline:
+        alive = lease.seen_alive and time.monotonic() - started >= lease_ms / 1000
+        if alive or time.monotonic() > deadline:
             raise StreamOwned(f"store {store_name} is owned by "
                               f"{other.holder if other else 'another writer'}")
         log.info("waiting for the lease held by %s to lapse",

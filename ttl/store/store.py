@@ -156,16 +156,23 @@ class DeltaStore:
         if last is not None and (version - last[0] < FLOOR_EVERY
                                  and time.monotonic() - last[1] < FLOOR_EVERY_S):
             return
-        self.properties = delta_log.properties(self.spark, self.path)
-        through = delta_log.latest_version(self.spark, self.path)
-        value = self.recover_stream_time()
-        if value is not None:
-            delta_log.retrying(lambda: layout.set_properties(self.spark, self.path, {
-                PROP_STREAM_TIME_FLOOR: str(value), PROP_STREAM_TIME_THROUGH: str(through)}),
-                what=f"the stream-time floor of {self.conf.name}")
-            # no row changed: the sweeps' bound on the earliest expiry still holds
-            self.expiry_floor.after_metadata(through, delta_log.latest_version(self.spark,
-                                                                                self.path))
+        try:
+            self.check_writable()  # a commit like any other: the lease's fence first
+            self.properties = delta_log.properties(self.spark, self.path)
+            through = delta_log.latest_version(self.spark, self.path)
+            value = self.recover_stream_time()
+            if value is not None:
+                delta_log.retrying(lambda: layout.set_properties(self.spark, self.path, {
+                    PROP_STREAM_TIME_FLOOR: str(value),
+                    PROP_STREAM_TIME_THROUGH: str(through)}),
+                    what=f"the stream-time floor of {self.conf.name}")
+                # no row changed: the sweeps' bound on the earliest expiry still holds
+                self.expiry_floor.after_metadata(
+                    through, delta_log.latest_version(self.spark, self.path))
+        except Exception as exc:  # noqa: BLE001 - the batch is committed; the next retries
+            log.warning("raising the stream-time floor of %s failed (%s: %s); the next "
+                        "batch tries again", self.conf.name, type(exc).__name__, exc)
+            return
         self._floor_raised = (through, time.monotonic())
 
     def check_writable(self) -> None:
