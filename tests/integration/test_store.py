@@ -466,10 +466,10 @@ def test_a_commit_between_the_lookup_and_the_write_makes_the_batch_look_up_again
 
 def test_a_key_in_a_file_without_key_hash_statistics_is_still_found_and_replaced(
         spark, table_path):
-    """Lookups skip files by their ``key_hash`` statistics; a file with none (written with
-    statistics off, as by an older writer) or one covering the whole range is read, never
-    skipped: the batch finds the stored key, replaces it, and the table keeps one row per
-    key, whatever the file layout."""
+    """Lookups and small batches' writes skip files by their ``key_hash`` statistics; a
+    file with none (written with statistics off, as by an older writer) or one covering the
+    whole range is read, never skipped: the batch finds the stored key, replaces or removes
+    it, and the table keeps one row per key, whatever the file layout."""
     import pyarrow as pa
 
     from ttl.store.lookup import with_delta_rs, with_spark
@@ -482,16 +482,26 @@ def test_a_key_in_a_file_without_key_hash_statistics_is_still_found_and_replaced
         store.apply_records([InputRecord(b"nostats", b"old", NOW, (), 0, 50)])
     finally:
         spark.conf.unset("spark.databricks.delta.stats.collect")
-    store.apply_records([InputRecord(b"narrow", b"n", NOW, (), 0, 51)])
-    version = store.apply_records([InputRecord(b"other", b"o", NOW, (), 0, 52)]).version
+    for i in range(6):  # files of one key each: a narrow key_hash range
+        version = store.apply_records([InputRecord(b"narrow%d" % i, b"n", NOW, (), 0, 51 + i)]
+                                      ).version
     keys = pa.array([b"nostats", b"wide7", b"missing"], pa.binary())
     for lookup in (with_delta_rs, lambda p, k, v: with_spark(spark, p, k, v)):
         found = lookup(table_path, keys, version)
         assert sorted(found["key"].to_pylist()) == [b"nostats", b"wide7"]
-    result = store.apply_records([InputRecord(b"nostats", b"new", NOW + 1, (), 0, 53),
-                                  InputRecord(b"wide7", b"new", NOW + 1, (), 0, 54)])
-    assert result.write == "replace" and result.counts.as_dict()["upserted"] == 2
+    # 2 of the 8 files can hold the two keys: the write names them (replaceWhere)
+    result = store.apply_records([InputRecord(b"nostats", b"new", NOW + 1, (), 0, 60),
+                                  InputRecord(b"wide7", b"new", NOW + 1, (), 0, 61)])
+    assert result.write == "replace_where" and result.counts.as_dict()["upserted"] == 2
+    assert result.metrics["numDeletedRows"] == 2
     entries = store.entries(at=NO_TIMESTAMP)
     assert entries[b"nostats"].value == entries[b"wide7"].value == b"new"
     rows = spark.read.format("delta").load(table_path)
-    assert rows.count() == rows.select("key").distinct().count() == 53
+    assert rows.count() == rows.select("key").distinct().count() == 57
+    # a batch that only removes keys names them too (a DELETE)
+    removed = store.apply_records([InputRecord(b"wide8", None, NOW + 2, (), 0, 62),
+                                   InputRecord(b"narrow3", None, NOW + 2, (), 0, 63)])
+    assert removed.write == "replace_where" and removed.rows_deleted == 2
+    assert removed.metrics["numDeletedRows"] == 2
+    entries = store.entries(at=NO_TIMESTAMP)
+    assert b"wide8" not in entries and b"narrow3" not in entries and len(entries) == 55

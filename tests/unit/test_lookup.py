@@ -43,7 +43,7 @@ def _readers(monkeypatch, fail: list[bool]):
     row = pa.table({"key": [b"k"], "ts": [1], "expires_at": [None], "record_ttl": [None]},
                    schema=stored_arrow_schema())
 
-    def rust(path, keys, version):
+    def rust(path, keys, version, **_):
         calls.append(f"delta-rs@{version}")
         if fail[0]:
             raise OSError("unsupported reader feature: fancyFeature")
@@ -95,6 +95,6 @@ def test_an_unknown_reader_is_refused():
 
 
 def test_no_keys_reads_nothing(monkeypatch):
-    monkeypatch.setattr(lookup, "with_delta_rs", lambda *a: pytest.fail("read"))
+    monkeypatch.setattr(lookup, "with_delta_rs", lambda *a, **k: pytest.fail("read"))
     empty = lookup.Lookup()(None, "/data/store", pa.array([], pa.binary()), 3)
     assert empty.num_rows == 0 and empty.schema == stored_arrow_schema()

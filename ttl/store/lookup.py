@@ -73,6 +73,9 @@ class Lookup:
         self.fell_back = False
         self.failures = 0  # delta-rs failures in a row
         self.reads: Counter[str] = Counter()  # lookups per reader (tests, the bench)
+        #: The file statistics the last delta-rs lookup of a small batch read: (path,
+        #: version, delta-rs's flattened add actions), for the write's own file skipping.
+        self.statistics: tuple[str, int, pa.Table] | None = None
 
     def uses_delta_rs(self, path: str) -> bool:
         """Whether the next lookup of ``path`` tries delta-rs."""
@@ -85,9 +88,11 @@ class Lookup:
         ``fold.stored_arrow_schema()``."""
         if not len(keys):
             return stored_arrow_schema().empty_table()
+        self.statistics = None
         if self.uses_delta_rs(path):
+            seen: list[pa.Table] = []
             try:
-                found = with_delta_rs(local_path(path) or path, keys, version)
+                found = with_delta_rs(local_path(path) or path, keys, version, statistics=seen)
             except Exception as exc:
                 if self.how == "delta-rs":
                     raise
@@ -99,9 +104,23 @@ class Lookup:
             else:
                 self.failures = 0
                 self.reads["delta-rs"] += 1
+                if seen:
+                    self.statistics = (path, version, seen[0])
                 return found
         self.reads["spark"] += 1
         return with_spark(spark, path, keys, version)
+
+    def share_to_read(self, path: str, version: int, keys: pa.Array) -> float | None:
+        """The share of the table's files at ``version`` whose ``key_hash`` statistics may
+        hold one of ``keys`` (up to ``PRUNE_KEYS``), from the statistics the lookup of that
+        version read; ``None`` when unknown (a Spark lookup, a large batch, no files)."""
+        if (self.statistics is None or self.statistics[:2] != (path, version)
+                or len(keys) > PRUNE_KEYS):
+            return None
+        files = self.statistics[2]
+        if not files.num_rows or "min.key_hash" not in files.column_names:
+            return None
+        return files_to_read(files, keys) / files.num_rows
 
 
 #: The delta-rs lookup matches scanned rows against the batch's keys this many rows at a
@@ -148,12 +167,9 @@ def files_to_read(files: pa.Table, keys: pa.Array) -> int:
     return int((inside.any(axis=1) | ~known).sum())
 
 
-def _pruning(table, keys: pa.Array) -> str | None:
+def _pruning(files: pa.Table, keys: pa.Array) -> str | None:
     """The predicate a delta-rs lookup of ``keys`` filters by: ``key_hash_predicate``
     when the statistics say it skips files (``PRUNE_SHARE``), else ``None``."""
-    if len(keys) > PRUNE_KEYS:
-        return None
-    files = pa.table(table.get_add_actions(flatten=True))
     if not files.num_rows or "min.key_hash" not in files.column_names:
         return None
     if files_to_read(files, keys) > PRUNE_SHARE * files.num_rows:
@@ -161,15 +177,22 @@ def _pruning(table, keys: pa.Array) -> str | None:
     return key_hash_predicate(keys)
 
 
-def with_delta_rs(path: str, keys: pa.Array, version: int) -> pa.Table:
+def with_delta_rs(path: str, keys: pa.Array, version: int,
+                  statistics: list | None = None) -> pa.Table:
     """The delta-rs lookup: the table at ``version``, its narrow columns streamed in Arrow
     batches and matched to ``keys`` (``is_in`` on the driver) ``MATCH_ROWS`` at a time; a
     small batch reads only the files that can hold its keys, when that skips files
-    (``PRUNE_KEYS``, ``PRUNE_SHARE``)."""
+    (``PRUNE_KEYS``, ``PRUNE_SHARE``). For a small batch, the file statistics it read are
+    appended to ``statistics`` (the write skips files by them too)."""
     from deltalake import DeltaTable, QueryBuilder
 
     table = DeltaTable(path, version=version)
-    pruning = _pruning(table, keys)
+    pruning = None
+    if len(keys) <= PRUNE_KEYS:
+        files = pa.table(table.get_add_actions(flatten=True))
+        pruning = _pruning(files, keys)
+        if statistics is not None:
+            statistics.append(files)
     reader = QueryBuilder().register("t", table).execute(
         f"SELECT {', '.join(STORED_COLUMNS)} FROM t"
         + (f" WHERE {pruning}" if pruning else ""))
