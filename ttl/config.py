@@ -212,6 +212,14 @@ class MaintenanceConfig(_Section):
     publisher's worst lag plus the drills' time-travel window (checked before each run)."""
 
     optimize_interval: DurationMs | None = 6 * 3_600_000
+    #: What OPTIMIZE orders the files by (a Z-order): ``expires_at`` keeps a sweep to the
+    #: files that hold due entries; ``key_hash`` lets a lookup and a small batch's write read
+    #: only the files that can hold its keys, and makes a sweep read every file
+    #: (docs/performance.md says when each pays).
+    cluster_by: Literal["expires_at", "key_hash"] = "expires_at"
+    #: The largest file OPTIMIZE writes (Delta's ``optimize.maxFileSize``, 1 GiB by
+    #: default): the narrower each file's ranges, the more files a lookup or sweep skips.
+    optimize_file_bytes: int = Field(default=128 * 2**20, gt=0)
     vacuum_interval: DurationMs | None = 86_400_000
     vacuum_retention: DurationMs = 7 * 86_400_000
     publisher_max_lag: DurationMs = 3_600_000

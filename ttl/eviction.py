@@ -258,12 +258,32 @@ def alter_ttl(store, new_ttl: int | None, *, dry_run: bool = False,
 
 # -- maintenance ------------------------------------------------------------------------------
 
-def optimize(store) -> None:
-    """Compact small files and cluster them by ``expires_at`` so sweeps skip more files; then
-    checkpoint in the background when one is due (other writers' commits too)."""
+#: Delta's bound on the size of the files OPTIMIZE writes.
+OPTIMIZE_MAX_FILE_SIZE = "spark.databricks.delta.optimize.maxFileSize"
+
+
+def optimize(store, cluster_by: str = "expires_at",
+             file_bytes: int = 128 * 2**20) -> None:
+    """Compact small files and order them by ``cluster_by`` (``expires_at``: sweeps skip more
+    files; ``key_hash``: lookups and small batches' writes do), in files of at most
+    ``file_bytes``; then checkpoint in the background when one is due (other writers'
+    commits too)."""
+    if cluster_by not in ("expires_at", "key_hash"):
+        raise ValueError(f"maintenance.cluster_by = {cluster_by!r}: expected expires_at or "
+                         "key_hash")
+
     def compact() -> None:
         store.check_writable()
-        store.spark.sql(f"OPTIMIZE delta.`{store.path}` ZORDER BY (expires_at)")
+        conf = store.spark.conf
+        before = conf.get(OPTIMIZE_MAX_FILE_SIZE, None)
+        conf.set(OPTIMIZE_MAX_FILE_SIZE, str(file_bytes))
+        try:
+            store.spark.sql(f"OPTIMIZE delta.`{store.path}` ZORDER BY ({cluster_by})")
+        finally:
+            if before is None:
+                conf.unset(OPTIMIZE_MAX_FILE_SIZE)
+            else:
+                conf.set(OPTIMIZE_MAX_FILE_SIZE, before)
 
     retrying(compact, what="OPTIMIZE")
     store.checkpoint_later()

@@ -96,7 +96,9 @@ class StoreJobs:
         return result  # type: ignore[return-value]
 
     def optimize(self) -> None:
-        self._guarded("optimize", lambda: eviction.optimize(self.store))
+        m = self.conf.maintenance
+        self._guarded("optimize", lambda: eviction.optimize(self.store, m.cluster_by,
+                                                            m.optimize_file_bytes))
 
     def vacuum(self) -> None:
         m = self.conf.maintenance

@@ -46,6 +46,12 @@ def test_bad_enum_is_named():
     raw = {**MINIMAL, "eviction": {"clock": "sundial"}}
     with pytest.raises(ConfigError, match=r"eviction\.clock"):
         config.from_dict(raw)
+    raw = {**MINIMAL, "maintenance": {"cluster_by": "key"}}
+    with pytest.raises(ConfigError, match=r"maintenance\.cluster_by"):
+        config.from_dict(raw)
+    layout = config.from_dict({**MINIMAL, "maintenance": {"cluster_by": "key_hash"}})
+    assert layout.maintenance.cluster_by == "key_hash"
+    assert layout.maintenance.optimize_file_bytes == 128 * 2**20
 
 
 def test_missing_section_is_named():
