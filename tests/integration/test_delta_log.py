@@ -117,7 +117,10 @@ def test_stream_time_is_recovered_from_the_floor_and_the_commits_after_it(
     from ttl.clock import stream_time_floor
     from ttl.store import store as store_module
 
+    monkeypatch.setattr(store_module, "FLOOR_EVERY", 3)
     store = make_store(spark, table_path, ttl=1_000)
+    store.raise_stream_time_floor(delta_log.latest_version(spark, table_path))
+    assert stream_time_floor(delta_log.properties(spark, table_path)) == (None, None)  # new
     for i in range(3):
         store.apply_records(recs((b"k%d" % i, b"v", NOW + i * 1_000)))
     store.raise_stream_time_floor(delta_log.latest_version(spark, table_path))

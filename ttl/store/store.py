@@ -22,6 +22,7 @@ from ttl.clock import (
     StreamTime,
     WallClock,
     batch_clock,
+    stream_time_floor,
 )
 from ttl.config import StoreConfig
 from ttl.errors import InvalidRecordError
@@ -119,7 +120,10 @@ class DeltaStore:
         layout.ensure_dead_letter_table(self.spark, self.dead_letter_path)
         self.table_id = delta_log.position(self.spark, self.path)[1]  # writes check it
         self.stream_time = StreamTime(self.recover_stream_time())
-        self._floor_raised: tuple[int, float] | None = None  # (through, monotonic s)
+        # (the version the floor covers, monotonic s): the table's own, as of its opening
+        through = stream_time_floor(self.properties)[1]
+        self._floor_raised: tuple[int, float] = (
+            -1 if through is None else through, time.monotonic())
         self.expiry_floor = ExpiryFloor()  # shared with for_thread twins: one table
         self.lookup = Lookup(conf.lookup)
         self._warming: threading.Event | None = None  # set once the new snapshot is computed
@@ -147,14 +151,16 @@ class DeltaStore:
     def raise_stream_time_floor(self, version: int) -> None:
         """Keep the stream-time floor close behind the table's version (after a commit at
         ``version``), so that recovering stream time reads a bounded number of commits:
-        at the first commit after the store opened, then every ``FLOOR_EVERY`` versions or
-        ``FLOOR_EVERY_S`` seconds, whichever comes first. The floor is computed from the
+        once ``FLOOR_EVERY`` versions are past the one the table's floor covers (a table
+        without one: past version 0), or ``FLOOR_EVERY_S`` seconds after the store opened
+        or last raised it, whichever comes first. Never, then, on a new table's first
+        batches, whose start-up reads few commits anyway. The floor is computed from the
         log (the old floor and the commits after it), never from this process's own stream
         time, so a writer with a stale one cannot lower it; the two properties go in one
         metadata commit, made in the batch thread (never beside a batch's write)."""
         last = self._floor_raised
-        if last is not None and (version - last[0] < FLOOR_EVERY
-                                 and time.monotonic() - last[1] < FLOOR_EVERY_S):
+        if (version - last[0] < FLOOR_EVERY
+                and time.monotonic() - last[1] < FLOOR_EVERY_S):
             return
         try:
             self.check_writable()  # a commit like any other: the lease's fence first
