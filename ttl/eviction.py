@@ -25,7 +25,7 @@ from ttl import commit, delta_log
 from ttl.delta_log import retrying
 from ttl.errors import ConfigError, VacuumRefused
 from ttl.expiry_floor import NEVER, earliest_expiry
-from ttl.names import OP_ALTER, OP_SWEEP, PROP_TTL
+from ttl.names import EXPIRED_KEYS_SUFFIX, OP_ALTER, OP_SWEEP, PROP_TTL, sibling
 from ttl.store.layout import set_properties, ttl_property
 from ttl.timestamps import expiry_column
 
@@ -325,3 +325,16 @@ def vacuum(store, retention_ms: int, minimum_ms: int, published: int | None) -> 
     store.spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
     store.check_writable()  # VACUUM commits its start and end to the table's log
     store.spark.sql(f"VACUUM delta.`{store.path}` RETAIN {hours} HOURS")
+    _vacuum_expired_keys(store, hours)
+
+
+def _vacuum_expired_keys(store, hours: int) -> None:
+    """The expired-keys table's rows of commits older than the retention go too: the
+    publisher reads them only with a commit's change data, which VACUUM has just removed
+    (and it refuses while such a commit is unpublished)."""
+    side = sibling(store.path, EXPIRED_KEYS_SUFFIX)
+    if not delta_log.is_delta_table(store.spark, side):
+        return
+    before = store.wall_clock.now_ms() - hours * 3_600_000
+    store.spark.sql(f"DELETE FROM delta.`{side}` WHERE written_at < {before}")
+    store.spark.sql(f"VACUUM delta.`{side}` RETAIN {hours} HOURS")

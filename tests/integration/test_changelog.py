@@ -307,6 +307,19 @@ def test_a_batch_with_many_expired_on_arrival_keys_keeps_them_out_of_its_metadat
     ops = sorted((m.key(), engine(m)["ttl.op"]) for m in msgs
                  if engine(m)["ttl.version"] == str(batch.version).encode())
     assert ops == [(b"a", b"expire"), (b"b", b"expire"), (b"c", b"expire"), (b"d", b"delete")]
+    # VACUUM removes the rows of commits older than its retention, and only those
+    from ttl import eviction
+    from ttl.names import EXPIRED_KEYS_SUFFIX, sibling
+
+    def side_rows() -> int:
+        return spark.read.format("delta").load(sibling(table_path, EXPIRED_KEYS_SUFFIX)).count()
+
+    published = delta_log.latest_version(spark, table_path)
+    eviction.vacuum(store, 3_600_000, 0, published=published)
+    assert side_rows() == 3  # written at NOW, the store's wall clock: within the hour
+    store.wall_clock.set(NOW + 2 * 3_600_000)
+    eviction.vacuum(store, 3_600_000, 0, published=published)
+    assert side_rows() == 0
 
 
 # A batch that only removes keys is a MERGE (change files); one that upserts is a replace

@@ -166,8 +166,10 @@ def ensure_store_table(spark, path: str, name: str, ttl_ms: int | None, *,
 
 
 #: A batch's expired-on-arrival keys, by the id of the write that removed them, when there
-#: are too many for its commit's metadata (``write.EXPIRED_KEYS_INLINE``).
-EXPIRED_KEYS_COLUMNS = "write_id STRING NOT NULL, key BINARY NOT NULL"
+#: are too many for its commit's metadata (``write.EXPIRED_KEYS_INLINE``); ``written_at``
+#: (wall ms) lets VACUUM remove the rows of commits older than its retention, whose change
+#: data is gone with them (``eviction.vacuum``).
+EXPIRED_KEYS_COLUMNS = "write_id STRING NOT NULL, key BINARY NOT NULL, written_at BIGINT NOT NULL"
 
 
 def ensure_expired_keys_table(spark, path: str) -> None:

@@ -124,12 +124,14 @@ EXPIRED_KEYS_INLINE = 1_000
 EXPIRED_KEYS_ASIDE = "table"
 
 
-def _write_expired_keys(spark, path: str, write_id: str, hex_keys: list[str]) -> None:
+def _write_expired_keys(spark, path: str, write_id: str, hex_keys: list[str],
+                        wall_ms: int) -> None:
     import pyarrow as pa
 
     ensure_expired_keys_table(spark, path)
     rows = pa.table({"write_id": pa.repeat(pa.scalar(write_id), len(hex_keys)),
-                     "key": pa.array([bytes.fromhex(k) for k in hex_keys], pa.binary())})
+                     "key": pa.array([bytes.fromhex(k) for k in hex_keys], pa.binary()),
+                     "written_at": pa.repeat(pa.scalar(wall_ms, pa.int64()), len(hex_keys))})
     frame(spark, rows).write.format("delta").mode("append").save(path)
 
 
@@ -434,7 +436,7 @@ def apply_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
     if len(folded.expired_keys) > EXPIRED_KEYS_INLINE:
         with phases.phase("expired_keys"):
             _write_expired_keys(spark, sibling(path, EXPIRED_KEYS_SUFFIX),
-                                final_meta["write_id"], folded.expired_keys)
+                                final_meta["write_id"], folded.expired_keys, wall_ms)
         final_meta["expired_keys"] = EXPIRED_KEYS_ASIDE
     with phases.phase("write"):
         result.version_before = version_before
