@@ -18,7 +18,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from ttl import config, eviction, schedule
+from ttl import config, delta_log, eviction, schedule
 from ttl.clock import Clock
 from ttl.config import Config, parse_ttl_ms
 from ttl.errors import ConfigError
@@ -69,7 +69,6 @@ class App:
         other command refuses a missing table (``StoreMissing``, naming the action);
         ``ttl restore`` makes its table itself."""
         if check_ttl not in self._stores:
-            from ttl import delta_log
             from ttl.store import DeltaStore
 
             # Kafka first: an unreachable broker fails in seconds, before Spark starts.
@@ -457,7 +456,6 @@ class _DaemonPublisher:
         """The table version the changelog has, measured now: the progress topic and the
         table's version offset read again (this daemon's publisher may be stale: another
         process may have published, or restored the table, since it was made)."""
-        from ttl import delta_log
         from ttl.changelog.format import version_offset
         from ttl.changelog.publisher import published_progress
         from ttl.names import progress_topic
@@ -569,7 +567,6 @@ def _refuse_a_partial_source(conf: Config, until_version, until_offsets, convert
 def _publish_before_restore(app: App) -> None:
     """Versions the table committed but never published would be lost by a restore (the
     input offsets move past them): publish them first, or refuse."""
-    from ttl import delta_log
     from ttl.changelog import continuity
     from ttl.changelog.publisher import published_progress, table_at_path
     from ttl.errors import RestoreError
@@ -624,12 +621,26 @@ def drill(app: App, report_path: Path | None = None, source_topic: str | None = 
 
 
 def upgrade(app: App, rollback: bool) -> str:
-    """``ttl upgrade``: format v1/v2 -> v3 in place (resumable), or roll it back."""
+    """``ttl upgrade``: format v1/v2 -> v3 in place (resumable), then the file layout of
+    ``maintenance.cluster_by`` (one OPTIMIZE now, rather than at the schedule's next: files
+    ordered by ``key_hash`` are what small batches skip by); or roll the format back."""
     from ttl import upgrade as upgrade_mod
 
-    action = upgrade_mod.rollback if rollback else upgrade_mod.upgrade_in_place
+    if rollback:
+        with app.claimed() as skipped:
+            return skipped if skipped is not None else upgrade_mod.rollback(app.spark,
+                                                                            app.conf)
     with app.claimed() as skipped:
-        return skipped if skipped is not None else action(app.spark, app.conf)
+        if skipped is not None:
+            return skipped
+        done = upgrade_mod.upgrade_in_place(app.spark, app.conf)
+        m = app.conf.maintenance
+        store = app.store()
+        before = delta_log.file_count(store.spark, store.path)
+        eviction.optimize(store, m.cluster_by, m.optimize_file_bytes)
+        after = delta_log.file_count(store.spark, store.path)
+        return (f"{done}\nlayout: files ordered by {m.cluster_by} (OPTIMIZE: {before} files "
+                f"before, {after} after; no row changed, nothing to publish)")
 
 
 def create_topics(app: App) -> list[str]:

@@ -396,6 +396,12 @@ def properties(spark, path: str) -> dict[str, str]:
     return identity(spark, path)[2]  # none for no table (as DESCRIBE DETAIL said of a directory)
 
 
+def file_count(spark, path: str) -> int:
+    """How many data files the table's newest snapshot has (``DESCRIBE DETAIL``: a log
+    replay, for an operator's command, not for a batch)."""
+    return int(spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()["numFiles"])
+
+
 # -- conflicts -----------------------------------------------------------------------------
 
 def conflicts() -> tuple[type[BaseException], ...]:

@@ -111,3 +111,40 @@ def test_roll_over_restores_a_v3_table_from_a_legacy_changelog(spark, kafka, tab
     assert {k: e.value for k, e in store.entries().items()} == {
         bytes(r.key): bytes(r.value) for r in spark.read.format("delta").load(table_path)
         .collect()}
+
+
+def test_upgrade_of_a_v3_store_gives_it_the_configured_layout_and_publishes_nothing(
+        spark, table_path):
+    """``ttl upgrade`` on a v3 table applies ``maintenance.cluster_by``: with ``key_hash``
+    one OPTIMIZE orders its files by ``key_hash`` (narrow ranges: a key is in one or two
+    files' range, at a boundary), a commit that
+    changes no row (so the changelog gets nothing); the entries stay as they were."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    from ttl import app, delta_log
+    from ttl.record import InputRecord
+    from ttl.store.lookup import files_to_read
+
+    conf = from_dict({"store": {"name": "legacy", "path": table_path, "ttl": TTL},
+                      "kafka": {"bootstrap_servers": "embedded", "input_topic": "x",
+                                "changelog_topic": "unused"},
+                      "stream": {"checkpoint": "unused"},
+                      "maintenance": {"cluster_by": "key_hash", "optimize_file_bytes": 4096}})
+    store = DeltaStore(spark, conf.store, wall_clock=FixedClock(NOW))
+    for batch in range(3):
+        store.apply_records([InputRecord(b"k%04d" % i, b"v", NOW, (), 0, i)
+                             for i in range(batch * 400, batch * 400 + 400)])
+    entries = store.entries()
+    before = delta_log.latest_version(spark, table_path)
+    said = app.upgrade(app.App(conf, spark=spark, wall_clock=FixedClock(NOW)), rollback=False)
+    assert "already format v3" in said and "ordered by key_hash" in said, said
+    files = pa.table(DeltaTable(table_path).get_add_actions(flatten=True))
+    assert files.num_rows > 3
+    for key in (b"k%04d" % i for i in range(0, 1200, 60)):  # each within 1-2 files' ranges
+        assert files_to_read(files, pa.array([key], pa.binary())) <= 2, key
+    changed = [v for v in range(before + 1, delta_log.latest_version(spark, table_path) + 1)
+               if (info := delta_log.commit_info(spark, table_path, v)) is not None
+               and info.operation not in ("OPTIMIZE", "SET TBLPROPERTIES")]
+    assert changed == []  # the lease's and the layout's commits change no row
+    assert DeltaStore(spark, conf.store, wall_clock=FixedClock(NOW)).entries() == entries

@@ -250,14 +250,14 @@ def _replace(spark, path: str, changes, wall_ms: int) -> None:
         spark.catalog.dropTempView(view)
 
 
-#: A small batch's write names its keys only when the files' statistics say it then reads at
-#: most this share of the files: Delta's ``replace`` reads every file, whatever the batch,
-#: but it is the cheaper write where the named keys would not skip files (measured, 20
-#: changed keys: on 10M keys in 100 files sorted by ``key_hash``, 1.26 s against the
-#: replace's 2.31 s, write phase, median of 5 interleaved; on 1M keys in 10 files, which 20
-#: keys all touch, 10-20% slower than the replace). Past ``lookup.PRUNE_KEYS`` keys the
-#: predicate itself is the cost (200 keys, 10M in 500 files: 6.1 s against 3.3 s; Spark
-#: gives up generating code for it).
+#: A small batch's write names its keys only when the files' statistics say it then reads
+#: at most this share of the table's bytes (``lookup.read_share``). Delta's ``replace``
+#: reads every file, whatever the batch, but it is the cheaper write where the named keys
+#: would not skip files (measured, 20 changed keys: on 10M keys in 100 files sorted by
+#: ``key_hash``, 1.26 s against the replace's 2.31 s, write phase, median of 5
+#: interleaved; on 1M keys in 10 files, which 20 keys all touch, 10-20% slower than the
+#: replace). Past ``lookup.PRUNE_KEYS`` keys the predicate itself is the cost (200 keys,
+#: 10M in 500 files: 6.1 s against 3.3 s; Spark gives up generating code for it).
 WRITE_PRUNE_SHARE = 0.5
 #: Keys are named in the predicate as literals: past this many bytes of keys, the batch
 #: takes the replace instead.
