@@ -623,8 +623,11 @@ def drill(app: App, report_path: Path | None = None, source_topic: str | None = 
 def upgrade(app: App, rollback: bool) -> str:
     """``ttl upgrade``: format v1/v2 -> v3 in place (resumable), then the file layout of
     ``maintenance.cluster_by`` (one OPTIMIZE now, rather than at the schedule's next: files
-    ordered by ``key_hash`` are what small batches skip by); or roll the format back."""
+    ordered by ``key_hash`` are what small batches skip by; a Z-order rewrites the whole
+    table each time); or roll the format back (the OPTIMIZE changed no row, so a rollback
+    is still allowed after it)."""
     from ttl import upgrade as upgrade_mod
+    from ttl.store import DeltaStore
 
     if rollback:
         with app.claimed() as skipped:
@@ -635,7 +638,9 @@ def upgrade(app: App, rollback: bool) -> str:
             return skipped
         done = upgrade_mod.upgrade_in_place(app.spark, app.conf)
         m = app.conf.maintenance
-        store = app.store()
+        # the table exists (it was just upgraded or checked): no changelog to consult
+        store = DeltaStore(app.spark, app.conf.store, clock=app.conf.eviction.clock,
+                           wall_clock=app.wall_clock, create=False)
         before = delta_log.file_count(store.spark, store.path)
         eviction.optimize(store, m.cluster_by, m.optimize_file_bytes)
         after = delta_log.file_count(store.spark, store.path)

@@ -308,6 +308,10 @@ def vacuum(store, retention_ms: int, minimum_ms: int, published: int | None) -> 
             f"maintenance.publisher_max_lag + maintenance.drill_window ({minimum_ms} ms): "
             "VACUUM would remove change data the publisher or drills still need")
     hours = max(1, -(-retention_ms // 3_600_000))
+    # The expired-keys rows older than this go after the VACUUM (fixed before it starts):
+    # a retention before now, and before the oldest unpublished commit, whose rows the
+    # publisher still reads.
+    side_cutoff = store.wall_clock.now_ms() - hours * 3_600_000
     if published is None:
         raise VacuumRefused(f"VACUUM of {store.path} skipped: the publisher's position is "
                             "unknown (no reachable changelog brokers), so VACUUM could remove "
@@ -316,6 +320,8 @@ def vacuum(store, retention_ms: int, minimum_ms: int, published: int | None) -> 
         oldest = delta_log.commit_at(store.spark, store.path, published + 1)
         age_ms = (store.wall_clock.now_ms() - int(oldest.timestamp_s * 1000)
                   if oldest is not None else None)
+        if oldest is not None:
+            side_cutoff = min(side_cutoff, int(oldest.timestamp_s * 1000) - hours * 3_600_000)
         if age_ms is None or age_ms >= hours * 3_600_000 - VACUUM_SLACK_MS:
             age = "unknown" if age_ms is None else f"{age_ms / 3_600_000:.1f} h"
             raise VacuumRefused(
@@ -325,16 +331,18 @@ def vacuum(store, retention_ms: int, minimum_ms: int, published: int | None) -> 
     store.spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
     store.check_writable()  # VACUUM commits its start and end to the table's log
     store.spark.sql(f"VACUUM delta.`{store.path}` RETAIN {hours} HOURS")
-    _vacuum_expired_keys(store, hours)
+    _vacuum_expired_keys(store, hours, side_cutoff)
 
 
-def _vacuum_expired_keys(store, hours: int) -> None:
-    """The expired-keys table's rows of commits older than the retention go too: the
-    publisher reads them only with a commit's change data, which VACUUM has just removed
-    (and it refuses while such a commit is unpublished)."""
+def _vacuum_expired_keys(store, hours: int, cutoff_ms: int) -> None:
+    """The expired-keys table's rows written before ``cutoff_ms`` go too: the publisher
+    reads a commit's rows only with its change data, which VACUUM removes after the
+    retention, and the cutoff is a retention before the oldest unpublished commit as well
+    (a row is written before its commit). Rows without ``written_at`` stay."""
     side = sibling(store.path, EXPIRED_KEYS_SUFFIX)
     if not delta_log.is_delta_table(store.spark, side):
         return
-    before = store.wall_clock.now_ms() - hours * 3_600_000
-    store.spark.sql(f"DELETE FROM delta.`{side}` WHERE written_at < {before}")
+    if "written_at" not in store.spark.read.format("delta").load(side).columns:
+        return  # made before the column: nothing says when its rows were written
+    store.spark.sql(f"DELETE FROM delta.`{side}` WHERE written_at < {cutoff_ms}")
     store.spark.sql(f"VACUUM delta.`{side}` RETAIN {hours} HOURS")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from functools import partial
 
@@ -498,11 +499,16 @@ def test_a_key_in_a_file_without_key_hash_statistics_is_still_found_and_replaced
     assert entries[b"nostats"].value == entries[b"wide7"].value == b"new"
     rows = spark.read.format("delta").load(table_path)
     assert rows.count() == rows.select("key").distinct().count() == 57
-    # a batch that only removes keys names them too (a DELETE)
+    # a batch that only removes keys is a MERGE, whose ON clause names their hashes too
     removed = store.apply_records([InputRecord(b"wide8", None, NOW + 2, (), 0, 62),
                                    InputRecord(b"narrow3", None, NOW + 2, (), 0, 63)])
-    assert removed.write == "replace_where" and removed.rows_deleted == 2
-    assert removed.metrics["numDeletedRows"] == 2
+    assert removed.write == "merge" and removed.rows_deleted == 2
+    assert removed.metrics["numTargetRowsDeleted"] == 2
+    log = os.path.join(table_path, "_delta_log", f"{removed.version:020d}.json")
+    with open(log) as commit_file:
+        (info,) = [json.loads(line)["commitInfo"] for line in commit_file
+                   if "commitInfo" in line]
+    assert "t.key_hash = " in info["operationParameters"]["predicate"]
     entries = store.entries(at=NO_TIMESTAMP)
     assert b"wide8" not in entries and b"narrow3" not in entries and len(entries) == 55
 

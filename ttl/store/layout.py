@@ -167,14 +167,17 @@ def ensure_store_table(spark, path: str, name: str, ttl_ms: int | None, *,
 
 #: A batch's expired-on-arrival keys, by the id of the write that removed them, when there
 #: are too many for its commit's metadata (``write.EXPIRED_KEYS_INLINE``); ``written_at``
-#: (wall ms) lets VACUUM remove the rows of commits older than its retention, whose change
-#: data is gone with them (``eviction.vacuum``).
-EXPIRED_KEYS_COLUMNS = "write_id STRING NOT NULL, key BINARY NOT NULL, written_at BIGINT NOT NULL"
+#: (wall ms) lets VACUUM remove the rows of commits whose change data is gone
+#: (``eviction.vacuum``). Nullable: tables made before it get it added, and their rows
+#: without it are kept.
+EXPIRED_KEYS_COLUMNS = "write_id STRING NOT NULL, key BINARY NOT NULL, written_at BIGINT"
 
 
 def ensure_expired_keys_table(spark, path: str) -> None:
     spark.sql(f"CREATE TABLE IF NOT EXISTS delta.`{path}` ({EXPIRED_KEYS_COLUMNS}) USING delta "
               f"{PLAIN_TABLE}")
+    if "written_at" not in spark.read.format("delta").load(path).columns:
+        spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS (written_at BIGINT)")
 
 
 def ensure_dead_letter_table(spark, path: str) -> None:

@@ -118,12 +118,14 @@ class DeltaStore:
             raw = self.properties.get(PROP_TTL)
             self.sem = replace(self.sem, ttl=None if raw in (None, "none") else int(raw))
         layout.ensure_dead_letter_table(self.spark, self.dead_letter_path)
-        self.table_id = delta_log.position(self.spark, self.path)[1]  # writes check it
+        opened_at, self.table_id = delta_log.position(self.spark, self.path)  # writes check it
         self.stream_time = StreamTime(self.recover_stream_time())
-        # (the version the floor covers, monotonic s): the table's own, as of its opening
+        # (the version the table's floor covers, monotonic s); none, or one from another
+        # log (a copy that kept the properties: ``delta_log.stream_time``): -1
         through = stream_time_floor(self.properties)[1]
-        self._floor_raised: tuple[int, float] = (
-            -1 if through is None else through, time.monotonic())
+        if through is None or through > opened_at:
+            through = -1
+        self._floor_raised: tuple[int, float] = (through, time.monotonic())
         self.expiry_floor = ExpiryFloor()  # shared with for_thread twins: one table
         self.lookup = Lookup(conf.lookup)
         self._warming: threading.Event | None = None  # set once the new snapshot is computed
@@ -152,10 +154,10 @@ class DeltaStore:
         """Keep the stream-time floor close behind the table's version (after a commit at
         ``version``), so that recovering stream time reads a bounded number of commits:
         once ``FLOOR_EVERY`` versions are past the one the table's floor covers (a table
-        without one: past version 0), or ``FLOOR_EVERY_S`` seconds after the store opened
-        or last raised it, whichever comes first. Never, then, on a new table's first
-        batches, whose start-up reads few commits anyway. The floor is computed from the
-        log (the old floor and the commits after it), never from this process's own stream
+        without one: at version ``FLOOR_EVERY - 1``), or ``FLOOR_EVERY_S`` seconds after
+        the store opened or last raised it, whichever comes first: never on a new table's
+        first batches, whose start-up reads few commits anyway. The floor is computed from
+        the log (the old floor and the commits after it), never from this process's own stream
         time, so a writer with a stale one cannot lower it; the two properties go in one
         metadata commit, made in the batch thread (never beside a batch's write)."""
         last = self._floor_raised

@@ -19,12 +19,15 @@ Plan, per micro-batch (the records arrive as one Arrow table, the stream's one r
      changed key (upserted or removed) and inserts the upserts, with deletion vectors and no
      change files (the change feed is read from them; without deletion vectors it rewrites
      files and writes change files);
-   * ``replace_where`` or ``delete`` when the batch changes at most ``lookup.PRUNE_KEYS``
-     keys and the files' ``key_hash`` statistics (read by the lookup) say naming them skips
+   * ``replace_where`` when the batch upserts and changes at most ``lookup.PRUNE_KEYS``
+     keys, and the files' ``key_hash`` statistics (read by the lookup) say naming them skips
      files (``WRITE_PRUNE_SHARE``): the same rows deleted and inserted, by a predicate that
      names the changed keys (``key_predicate``), so Delta reads only the files that can
-     hold them; a DELETE when every change removes a key;
-   * ``merge`` when every change removes a key (a replace needs a row to insert);
+     hold them;
+   * ``merge`` when every change removes a key (a replace needs a row to insert); under the
+     same condition its ON clause names the keys' hashes too, so it skips files as well (a
+     MERGE commits even when it matches nothing, which a DELETE would not: the batch's
+     metadata is always persisted);
    * ``empty``: a batch that changes no row still commits (a table-property change with the
      same metadata), so stream time and input offsets are always persisted.
 
@@ -80,7 +83,8 @@ class WriteResult:
     earliest_expiry: int | None = None  # the earliest expires_at the batch wrote
     changes: object = None  # Arrow: the rows the commit changed (``keep_changes``)
     retries: int = 0  # runs again after a Delta conflict with a concurrent commit
-    write: str = ""  # which write made the commit: append, replace, merge, empty; or skipped
+    write: str = ""  # the write that made the commit: append, replace, replace_where, merge,
+    # empty; or skipped
 
 
 #: Rows per task (and so per file) of a batch's write. Spark splits a DataFrame of the
@@ -149,21 +153,26 @@ def expired_keys(spark, store_path: str, meta: dict) -> list[str]:
     return [r.k.lower() for r in rows]
 
 
-def _merge(spark, path: str, changes, wall_ms: int) -> None:
+def _merge(spark, path: str, changes, wall_ms: int, named: bool = False) -> None:
     # MERGE keeps its default source materialization: measured, turning it off (the source
     # is the driver's Arrow rows, deterministic) made the rewrite slower, not faster (1M
     # keys, 100k updates: rewrite 5.4 s against 3.9-4.6 s), the Arrow rows being decoded
     # again for each pass over the source.
-    _merge_into(spark, path, frame(spark, _hashed(changes)), wall_ms)
+    hashed = _hashed(changes)
+    _merge_into(spark, path, frame(spark, hashed), wall_ms,
+                target=hash_predicate(hashed, "t.key_hash") if named else None)
 
 
-def _merge_into(spark, path: str, changes, wall_ms: int) -> None:
+def _merge_into(spark, path: str, changes, wall_ms: int, target: str | None = None) -> None:
+    """MERGE ``changes``; ``target``: a condition on the target's own columns, literals
+    only, that Delta skips files by (a MERGE prunes by no other part of its ON clause)."""
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
+    on = "t.key_hash = s.key_hash AND t.key = s.key"
     (
         DeltaTable.forPath(spark, path).alias("t")
-        .merge(changes.alias("s"), "t.key_hash = s.key_hash AND t.key = s.key")
+        .merge(changes.alias("s"), on if target is None else f"({target}) AND {on}")
         .whenMatchedDelete(condition="s.kind = 'delete'")
         .whenMatchedUpdate(set={
             "value": "s.value", "ts": "s.ts", "headers": "s.headers",
@@ -259,23 +268,28 @@ def _replace(spark, path: str, changes, wall_ms: int) -> None:
 #: replace). Past ``lookup.PRUNE_KEYS`` keys the predicate itself is the cost (200 keys,
 #: 10M in 500 files: 6.1 s against 3.3 s; Spark gives up generating code for it).
 WRITE_PRUNE_SHARE = 0.5
-#: Keys are named in the predicate as literals: past this many bytes of keys, the batch
-#: takes the replace instead.
-WRITE_PRUNE_KEY_BYTES = 64 * 1024
+#: Keys are named in the predicate as literals, which Delta keeps in the commit's
+#: ``operationParameters`` in its log: past this many bytes of keys, the batch takes the
+#: replace instead.
+WRITE_PRUNE_KEY_BYTES = 4 * 1024
 #: Delta's switch for ``replaceWhere`` on data columns (on by default; off, the write would
 #: only match partition columns, so a pruned write is never chosen).
 REPLACE_WHERE_ENABLED = "spark.databricks.delta.replaceWhere.dataColumns.enabled"
 
 
+def hash_predicate(hashed, column: str = "key_hash") -> str:
+    """``hashed``'s ``key_hash`` values as an ``OR`` of equalities: Delta tests each against
+    a file's statistics, where an ``IN`` list would be one min-max range."""
+    return " OR ".join(f"{column} = {h}" for h in sorted(set(hashed["key_hash"].to_pylist())))
+
+
 def key_predicate(hashed) -> str:
     """The SQL predicate that holds exactly for the stored rows of ``hashed``'s keys: their
-    ``key_hash`` values as an ``OR`` of equalities (Delta tests each against a file's
-    statistics; an ``IN`` list would be one min-max range) and the keys themselves, since
-    two keys may share a hash."""
-    hashes = " OR ".join(f"key_hash = {h}"
-                         for h in sorted(set(hashed["key_hash"].to_pylist())))
+    hashes (``hash_predicate``, which files are skipped by) and the keys themselves, since
+    two keys may share a hash. The keys are hex literals, and so they are in the commit's
+    ``operationParameters`` in the Delta log (``WRITE_PRUNE_KEY_BYTES`` bounds them)."""
     keys = ", ".join(f"X'{k.hex()}'" for k in hashed["key"].to_pylist())
-    return f"({hashes}) AND key IN ({keys})"
+    return f"({hash_predicate(hashed)}) AND key IN ({keys})"
 
 
 def _prunes(spark, changes, share: float | None) -> bool:
@@ -291,15 +305,10 @@ def _prunes(spark, changes, share: float | None) -> bool:
 def _replace_where(spark, path: str, changes, wall_ms: int) -> None:
     """The replace of a few keys that Delta can skip files for: ``replaceWhere`` with
     ``key_predicate`` deletes exactly the changed keys' stored rows and inserts the
-    upserts' rows (which meet the predicate, as Delta checks), in one commit; or, when
-    every change removes a key, a DELETE with it."""
+    upserts' rows (which meet the predicate, as Delta checks), in one commit."""
     hashed = _hashed(changes)
-    predicate = key_predicate(hashed)
-    if not _upserts(changes):
-        spark.sql(f"DELETE FROM delta.`{path}` WHERE {predicate}")
-        return
     (frame(spark, _table_rows(hashed, wall_ms)).write.format("delta").mode("overwrite")
-     .option("replaceWhere", predicate).save(path))
+     .option("replaceWhere", key_predicate(hashed)).save(path))
 
 
 def _upserts(changes) -> bool:
@@ -362,15 +371,15 @@ REPLACE_METRICS = ("numDeletedRows", "numAddedChangeFiles")
 def _write_kind(spark, changes, stored, unchanged_since_lookup: bool,
                 share: float | None = None) -> str:
     """The write that applies ``changes`` (module docstring, step 4); ``share``: of the
-    files at the lookup's version, the share that may hold a changed key (``None``:
-    unknown)."""
+    table's bytes at the lookup's version, the share in files that may hold a changed key
+    (``lookup.read_share``; ``None``: unknown)."""
     if not changes.num_rows:
         return "empty"
     if not stored.num_rows and unchanged_since_lookup:
         return "append"
-    if unchanged_since_lookup and _prunes(spark, changes, share):
-        return "replace_where"
     upserts = _upserts(changes)
+    if upserts and unchanged_since_lookup and _prunes(spark, changes, share):
+        return "replace_where"
     return "replace" if upserts and replace_supported(spark, _removes(changes)) else "merge"
 
 
@@ -440,9 +449,9 @@ def apply_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
         final_meta["expired_keys"] = EXPIRED_KEYS_ASIDE
     with phases.phase("write"):
         result.version_before = version_before
-        result.write = _write_kind(
-            spark, folded.changes, stored, version_before == lookup_version,
-            lookup.share_to_read(path, lookup_version, folded.changes["key"]))
+        share = lookup.share_to_read(path, lookup_version, folded.changes["key"])
+        result.write = _write_kind(spark, folded.changes, stored,
+                                   version_before == lookup_version, share)
         with commit.commit_settings(spark, final_meta, txn):
             if result.write == "append":
                 _append(spark, path, folded.changes, wall_ms)
@@ -451,7 +460,9 @@ def apply_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
             elif result.write == "replace_where":
                 _replace_where(spark, path, folded.changes, wall_ms)
             elif result.write == "merge":
-                _merge(spark, path, folded.changes, wall_ms)
+                _merge(spark, path, folded.changes, wall_ms,
+                       named=version_before == lookup_version
+                       and _prunes(spark, folded.changes, share))
             else:
                 _empty_commit(spark, path, final_meta)
         # Our commit is the one carrying this write's id: a replay skipped by its txn id
