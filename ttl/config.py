@@ -217,8 +217,10 @@ class MaintenanceConfig(_Section):
     #: only the files that can hold its keys, and makes a sweep read every file
     #: (docs/performance.md says when each pays).
     cluster_by: Literal["expires_at", "key_hash"] = "expires_at"
-    #: The largest file OPTIMIZE writes (Delta's ``optimize.maxFileSize``, 1 GiB by
-    #: default): the narrower each file's ranges, the more files a lookup or sweep skips.
+    #: The file size OPTIMIZE aims at (Delta's ``optimize.maxFileSize``, 1 GiB by default;
+    #: a Z-order writes the table's size over it, rounded down, so a file may be up to
+    #: twice it): the smaller the files, the narrower their ranges and the more files a
+    #: lookup or sweep skips, and the more files every full read opens.
     optimize_file_bytes: int = Field(default=128 * 2**20, gt=0)
     vacuum_interval: DurationMs | None = 86_400_000
     vacuum_retention: DurationMs = 7 * 86_400_000

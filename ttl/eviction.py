@@ -10,7 +10,9 @@ sweeps are idempotent.
 Cost: a DELETE reads only files whose ``expires_at`` min/max range reaches T (data skipping;
 statistics are kept for ``expires_at``) and writes deletion vectors instead of rewriting
 files, so it follows the number of expired entries as far as the file layout allows;
-``optimize`` clusters files by ``expires_at`` (Z-order) to keep those ranges narrow.
+``optimize`` orders files by ``expires_at`` (Z-order) to keep those ranges narrow, unless
+``maintenance.cluster_by`` asks for ``key_hash`` (narrow key ranges for lookups and small
+batches' writes instead: docs/performance.md).
 """
 
 from __future__ import annotations
