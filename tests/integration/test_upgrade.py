@@ -148,3 +148,17 @@ def test_upgrade_of_a_v3_store_gives_it_the_configured_layout_and_publishes_noth
                and info.operation not in ("OPTIMIZE", "SET TBLPROPERTIES")]
     assert changed == []  # the lease's and the layout's commits change no row
     assert DeltaStore(spark, conf.store, wall_clock=FixedClock(NOW)).entries() == entries
+
+
+def test_ttl_upgrade_of_a_legacy_table_can_still_be_rolled_back(spark, table_path):
+    """The layout's OPTIMIZE after the format upgrade changes no row: a rollback right after
+    ``ttl upgrade`` is not refused as if the store had been written since."""
+    from ttl import app
+
+    legacy_table(spark, table_path, 2)
+    runtime = app.App(conf_for(table_path), spark=spark, wall_clock=FixedClock(NOW))
+    said = app.upgrade(runtime, rollback=False)
+    assert "upgraded in place" in said and "ordered by expires_at" in said, said
+    assert upgrade.detect(spark, table_path) == 3
+    assert "rolled back" in app.upgrade(runtime, rollback=True)
+    assert upgrade.detect(spark, table_path) == 2
