@@ -59,7 +59,7 @@ def collect(conf: Config, *, wall_ms: int | None = None, kafka=None) -> dict:
     clock_now = status_mod.store_now(conf, now)
     cases = " ".join(f"WHEN expires_at - {clock_now} < {upper} THEN '{label}'"
                      for label, upper in EXPIRY_BUCKETS if upper is not None)
-    counted = status_mod.query({"store": table}, (
+    counted = [] if status_mod.scan_blocked(table) else status_mod.query({"store": table}, (
         "SELECT CASE WHEN expires_at IS NULL THEN 'never' "
         f"WHEN expires_at <= {clock_now} THEN 'expired' {cases} "
         f"ELSE '{EXPIRY_BUCKETS[-1][0]}' END AS bucket, count(*) AS n FROM store "
@@ -67,7 +67,7 @@ def collect(conf: Config, *, wall_ms: int | None = None, kafka=None) -> dict:
     by_bucket = {r["bucket"]: r["n"] for r in counted}
     expiry = {label: by_bucket.get(label, 0) for label, _ in EXPIRY_BUCKETS}
     expiry["never"] = by_bucket.get("never", 0)
-    expired = by_bucket.get("expired", 0)
+    expired = by_bucket.get("expired", 0) if counted else out["expired, not yet swept"]
     history = table.history(COMMITS)
     commits = []
     sweeps = []

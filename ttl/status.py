@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ttl import commit
 from ttl.changelog import continuity
@@ -32,6 +33,7 @@ from ttl.names import (
     sibling,
 )
 from ttl.record import Headers
+from ttl.store import lookup
 
 #: Commits read back at least, for the last sweep (newest first).
 HISTORY = 200
@@ -57,11 +59,42 @@ def query(tables: dict[str, object], sql: str) -> pa.Table:
     return pa.table(builder.execute(sql).read_all())
 
 
-def entry_counts(table, now: int) -> dict[str, int]:
+def _checksum(table) -> dict:
+    """The table's version's checksum file (Delta writes one a commit), ``{}`` without it
+    (or off the local file system)."""
+    path = lookup.local_path(table.table_uri)
+    if path is None:
+        return {}
+    try:
+        with open(f"{path.rstrip('/')}/_delta_log/{table.version():020d}.crc") as file:
+            return json.load(file)
+    except (OSError, ValueError):
+        return {}
+
+
+def scan_blocked(table) -> str | None:
+    """Why a delta-rs scan of ``table`` must not run (it would hang: too many files with
+    deletion vectors, ``lookup.DELTA_RS_MAX_DV_FILES``), or ``None``."""
+    files = _checksum(table).get("numDeletionVectorsOpt")
+    if files is None or files < lookup.DELTA_RS_MAX_DV_FILES:
+        return None
+    return (f"unknown ({files} files carry deletion vectors; delta-rs cannot read them in "
+            "one scan: the next OPTIMIZE folds them in)")
+
+
+def entry_counts(table, now: int) -> dict[str, int | str]:
     """``total`` and ``live`` entries at ``now``. Two queries whose cost does not follow
     the table's rows: a plain count (DataFusion answers it from the files' row counts and
     deletion vectors) and a count of the expired entries, which reads only the files whose
-    ``expires_at`` statistics reach ``now`` (one ``CASE`` over every row read them all)."""
+    ``expires_at`` statistics reach ``now`` (one ``CASE`` over every row read them all).
+    On a table delta-rs cannot scan (``scan_blocked``): the total from the files' row
+    counts less the checksum's deleted rows, and ``live`` says why it is unknown."""
+    blocked = scan_blocked(table)
+    if blocked is not None:
+        rows = pa.table(table.get_add_actions(flatten=False))["num_records"]
+        total = (pc.sum(rows).as_py() or 0) - int(
+            _checksum(table).get("numDeletedRecordsOpt") or 0)
+        return {"total": total, "live": blocked}
     total = query({"store": table}, "SELECT count(*) AS n FROM store").to_pylist()[0]["n"]
     expired = query({"store": table}, "SELECT count(*) AS n FROM store WHERE "
                     f"NOT {_live(now)}").to_pylist()[0]["n"]
@@ -156,7 +189,8 @@ def status(conf: Config, kafka=None, *, wall_ms: int | None = None) -> dict[str,
         "store": conf.store.name, "table": conf.store.path, "table version": view.version,
         "clock": f"{conf.eviction.clock} (now {now})",
         "live entries": counts["live"],
-        "expired, not yet swept": counts["total"] - counts["live"],
+        "expired, not yet swept": (counts["total"] - counts["live"]
+                                   if isinstance(counts["live"], int) else counts["live"]),
         "stream time": stream_time, "last sweep": view.last_sweep(), "dead letters": dead,
         "lease": lease(conf, wall),
     }

@@ -50,6 +50,13 @@ def local_path(path: str) -> str | None:
     return None
 
 
+#: A delta-rs scan of a table with this many files with deletion vectors hangs for good
+#: (delta-rs 1.6.6, delta-kernel: the deletion-vector readers fill tokio's blocking pool,
+#: 512 threads, which their results are delivered through; seen here on 1,000 such files,
+#: not on 1,000 without). A lookup that would scan that many reads with Spark instead, for
+#: as long as the table has them; OPTIMIZE rewrites files without their deletion vectors.
+DELTA_RS_MAX_DV_FILES = 256
+
 #: ``auto`` gives up on delta-rs (until the store is opened again) after this many failed
 #: lookups in a row; a single failure (a passing I/O error) uses Spark for that batch only.
 GIVE_UP_AFTER = 3
@@ -76,6 +83,7 @@ class Lookup:
         #: The file statistics the last delta-rs lookup of a small batch read: (path,
         #: version, delta-rs's flattened add actions), for the write's own file skipping.
         self.statistics: tuple[str, int, pa.Table] | None = None
+        self.warned_deadlock = False
 
     def uses_delta_rs(self, path: str) -> bool:
         """Whether the next lookup of ``path`` tries delta-rs."""
@@ -83,13 +91,30 @@ class Lookup:
             return False
         return self.how == "delta-rs" or local_path(path) is not None
 
+    def _deadlocks(self, spark, path: str, keys: pa.Array) -> bool:
+        """Whether a delta-rs read of ``keys`` could hang (``DELTA_RS_MAX_DV_FILES``): a
+        scan that names no keys, of a table with that many files with deletion vectors."""
+        if len(keys) <= PRUNE_KEYS:
+            return False  # reads one or two files a key, or (no pruning) a small table
+        from ttl import delta_log
+
+        files = delta_log.deletion_vector_files(spark, path)
+        if files is None or files < DELTA_RS_MAX_DV_FILES:
+            return False
+        if not self.warned_deadlock:
+            log.warning("%s: %d files carry deletion vectors; large batches' lookups read "
+                        "with Spark until OPTIMIZE folds them in (delta-rs can hang on "
+                        "more than %d in one scan)", path, files, DELTA_RS_MAX_DV_FILES)
+            self.warned_deadlock = True
+        return True
+
     def __call__(self, spark, path: str, keys: pa.Array, version: int) -> pa.Table:
         """Rows of ``keys`` (an Arrow binary array) at ``version``, as Arrow in
         ``fold.stored_arrow_schema()``."""
         if not len(keys):
             return stored_arrow_schema().empty_table()
         self.statistics = None
-        if self.uses_delta_rs(path):
+        if self.uses_delta_rs(path) and not self._deadlocks(spark, path, keys):
             seen: list[pa.Table] = []
             try:
                 found = with_delta_rs(local_path(path) or path, keys, version, statistics=seen)
