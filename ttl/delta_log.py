@@ -396,16 +396,6 @@ def properties(spark, path: str) -> dict[str, str]:
     return identity(spark, path)[2]  # none for no table (as DESCRIBE DETAIL said of a directory)
 
 
-def deletion_vector_files(spark, path: str) -> int | None:
-    """How many files of the newest snapshot carry a deletion vector, from its version's
-    checksum file (no Spark job); ``None`` when Delta wrote none for it."""
-    checksum = _updated(spark, path).checksumOpt()
-    if not checksum.isDefined():
-        return None
-    count = checksum.get().numDeletionVectorsOpt()
-    return int(count.get()) if count.isDefined() else None
-
-
 def file_count(spark, path: str) -> int:
     """How many data files the table's newest snapshot has (``DESCRIBE DETAIL``: a log
     replay, for an operator's command, not for a batch)."""

@@ -155,6 +155,14 @@ class LayoutError(TtlError):
               "or fix the profile.")
 
 
+class ScanBlocked(TtlError):
+    """delta-rs cannot read the table in one scan (too many files with deletion vectors:
+    it would hang); the message says what to run instead."""
+
+    action = ("wait for the scheduled OPTIMIZE (or run `ttl upgrade`, which runs one now), "
+              "or read the table with Spark.")
+
+
 class TopicError(TtlError):
     """A changelog topic breaks a rule (BRIEF §5)."""
 

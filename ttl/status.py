@@ -25,6 +25,7 @@ from ttl.changelog import continuity
 from ttl.changelog.format import version_offset
 from ttl.clock import WallClock, batch_clock, stream_time_floor
 from ttl.config import Config
+from ttl.errors import ScanBlocked
 from ttl.lease import LEASE_ID
 from ttl.names import (
     LEASE_SUFFIX,
@@ -34,6 +35,7 @@ from ttl.names import (
 )
 from ttl.record import Headers
 from ttl.store import lookup
+from ttl.store.layout import key_hashes
 
 #: Commits read back at least, for the last sweep (newest first).
 HISTORY = 200
@@ -60,16 +62,7 @@ def query(tables: dict[str, object], sql: str) -> pa.Table:
 
 
 def _checksum(table) -> dict:
-    """The table's version's checksum file (Delta writes one a commit), ``{}`` without it
-    (or off the local file system)."""
-    path = lookup.local_path(table.table_uri)
-    if path is None:
-        return {}
-    try:
-        with open(f"{path.rstrip('/')}/_delta_log/{table.version():020d}.crc") as file:
-            return json.load(file)
-    except (OSError, ValueError):
-        return {}
+    return lookup.checksum(table.table_uri, table.version())
 
 
 def scan_blocked(table) -> str | None:
@@ -249,16 +242,31 @@ def lease(conf: Config, wall_ms: int) -> str:
 def get(conf: Config, key: bytes, *, wall_ms: int | None = None) -> dict | None:
     """The live entry of ``key`` (value, ts, headers, expires_at), or ``None``."""
     now = store_now(conf, wall_ms)
-    rows = query({"store": _table(conf.store.path)},
+    table = _table(conf.store.path)
+    (key_hash,) = key_hashes(pa.array([key], pa.binary())).to_pylist()
+    if lookup.files_to_read(pa.table(table.get_add_actions(flatten=True)),
+                            pa.array([key], pa.binary())) >= lookup.DELTA_RS_MAX_DV_FILES:
+        _refuse_blocked(table)  # too many files it cannot skip
+    rows = query({"store": table},  # key_hash: files skipped by their statistics
                 "SELECT value, ts, headers, expires_at FROM store "
-                f"WHERE key = X'{key.hex()}' AND {_live(now)}").to_pylist()
+                f"WHERE key_hash = {key_hash} AND key = X'{key.hex()}' AND {_live(now)}"
+                ).to_pylist()
     return _entry(rows[0]) if rows else None
+
+
+def _refuse_blocked(table) -> None:
+    blocked = scan_blocked(table)
+    if blocked is not None:
+        raise ScanBlocked(f"{table.table_uri}: {blocked.removeprefix('unknown (').rstrip(')')}"
+                          "; read it with Spark meanwhile (spark.read.format('delta'))")
 
 
 def scan(conf: Config, limit: int, *, wall_ms: int | None = None) -> list[tuple[bytes, dict]]:
     """Up to ``limit`` live entries in key order."""
     now = store_now(conf, wall_ms)
-    rows = query({"store": _table(conf.store.path)},
+    table = _table(conf.store.path)
+    _refuse_blocked(table)
+    rows = query({"store": table},
                 f"SELECT key, value, ts, headers, expires_at FROM store WHERE {_live(now)} "
                 f"ORDER BY key LIMIT {int(limit)}").to_pylist()
     return [(bytes(r["key"]), _entry(r)) for r in rows]

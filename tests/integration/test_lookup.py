@@ -97,14 +97,16 @@ def test_the_snapshot_warm_up_runs_after_a_batch_in_its_own_job_group(spark, tab
 def test_a_table_with_many_deletion_vector_files_is_never_scanned_whole_by_delta_rs(
         spark, table_path, monkeypatch):
     """delta-rs hangs for good on one scan of a table with hundreds of files with deletion
-    vectors (``lookup.DELTA_RS_MAX_DV_FILES``; 2 here): a large batch's lookup reads with
-    Spark then (the same rows), a small one's, which reads a file or two, still with
-    delta-rs; ``ttl status`` counts the entries from the log and says the expired count is
-    unknown, instead of hanging."""
+    vectors (``lookup.DELTA_RS_MAX_DV_FILES``; 2 here): a lookup that would read that many
+    files reads with Spark then (the same rows); ``ttl status`` counts the entries from the
+    log and says the expired count is unknown, and ``ttl scan`` refuses, instead of
+    hanging."""
     import pyarrow as pa
     from deltalake import DeltaTable
 
     from ttl import delta_log, status
+    from ttl.config import from_dict
+    from ttl.errors import ScanBlocked
 
     store = DeltaStore(spark, StoreConfig(name="lk", path=table_path, ttl=3_600_000),
                        wall_clock=FixedClock(NOW))
@@ -114,15 +116,26 @@ def test_a_table_with_many_deletion_vector_files_is_never_scanned_whole_by_delta
     for part in range(2):
         store.apply_records([InputRecord(b"k%d-%d" % (part, i), b"w", NOW, (), 0, i)
                              for i in range(25)])
-    assert delta_log.deletion_vector_files(spark, table_path) == 2
-    monkeypatch.setattr(lookup, "DELTA_RS_MAX_DV_FILES", 2)
     version = delta_log.latest_version(spark, table_path)
+    assert lookup.deletion_vector_files(table_path, version) == 2
+    monkeypatch.setattr(lookup, "DELTA_RS_MAX_DV_FILES", 2)
     many = pa.array([b"k2-%d" % i for i in range(lookup.PRUNE_KEYS + 1)], pa.binary())
     reader = lookup.Lookup("auto")
     found = reader(spark, table_path, many, version)
     assert reader.reads == {"spark": 1} and found.num_rows == lookup.PRUNE_KEYS + 1
     assert _rows(found) == _rows(lookup.with_spark(spark, table_path, many, version))
+    # a small batch too, when the statistics skip too few files (every file here spans the
+    # whole key_hash range); not a failure: delta-rs is tried again for the next
     reader(spark, table_path, many[:3], version)
-    assert reader.reads == {"spark": 1, "delta-rs": 1}
+    assert reader.reads == {"spark": 2} and not reader.fell_back and not reader.failures
+    monkeypatch.setattr(lookup, "DELTA_RS_MAX_DV_FILES", 3)
+    reader(spark, table_path, many[:3], version)
+    assert reader.reads == {"spark": 2, "delta-rs": 1}
+    monkeypatch.setattr(lookup, "DELTA_RS_MAX_DV_FILES", 2)
     counts = status.entry_counts(DeltaTable(table_path), NOW)
     assert counts["total"] == 90 and "deletion vectors" in counts["live"]
+    conf = from_dict({"store": {"name": "lk", "path": table_path, "ttl": "1h"},
+                      "kafka": {"input_topic": "x", "changelog_topic": "y"},
+                      "stream": {"checkpoint": "unused"}})
+    with pytest.raises(ScanBlocked, match="deletion vectors"):
+        status.scan(conf, 5, wall_ms=NOW)

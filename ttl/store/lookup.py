@@ -20,6 +20,7 @@ Two readers give the same rows:
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import Counter
 from urllib.parse import urlparse
@@ -91,22 +92,12 @@ class Lookup:
             return False
         return self.how == "delta-rs" or local_path(path) is not None
 
-    def _deadlocks(self, spark, path: str, keys: pa.Array) -> bool:
-        """Whether a delta-rs read of ``keys`` could hang (``DELTA_RS_MAX_DV_FILES``): a
-        scan that names no keys, of a table with that many files with deletion vectors."""
-        if len(keys) <= PRUNE_KEYS:
-            return False  # reads one or two files a key, or (no pruning) a small table
-        from ttl import delta_log
-
-        files = delta_log.deletion_vector_files(spark, path)
-        if files is None or files < DELTA_RS_MAX_DV_FILES:
-            return False
+    def _warn_deletion_vectors(self, path: str, files: int) -> None:
         if not self.warned_deadlock:
-            log.warning("%s: %d files carry deletion vectors; large batches' lookups read "
-                        "with Spark until OPTIMIZE folds them in (delta-rs can hang on "
-                        "more than %d in one scan)", path, files, DELTA_RS_MAX_DV_FILES)
+            log.warning("%s: %d files carry deletion vectors; lookups that would read most "
+                        "of the table read with Spark until OPTIMIZE folds them in (delta-rs "
+                        "can hang on %d in one scan)", path, files, DELTA_RS_MAX_DV_FILES)
             self.warned_deadlock = True
-        return True
 
     def __call__(self, spark, path: str, keys: pa.Array, version: int) -> pa.Table:
         """Rows of ``keys`` (an Arrow binary array) at ``version``, as Arrow in
@@ -114,10 +105,15 @@ class Lookup:
         if not len(keys):
             return stored_arrow_schema().empty_table()
         self.statistics = None
-        if self.uses_delta_rs(path) and not self._deadlocks(spark, path, keys):
+        with_vectors = deletion_vector_files(path, version)
+        many = with_vectors >= DELTA_RS_MAX_DV_FILES
+        if many:
+            self._warn_deletion_vectors(path, with_vectors)
+        if self.uses_delta_rs(path) and not (many and len(keys) > PRUNE_KEYS):
             seen: list[pa.Table] = []
             try:
-                found = with_delta_rs(local_path(path) or path, keys, version, statistics=seen)
+                found = with_delta_rs(local_path(path) or path, keys, version, statistics=seen,
+                                      must_prune=many)
             except Exception as exc:
                 if self.how == "delta-rs":
                     raise
@@ -128,10 +124,11 @@ class Lookup:
                             type(exc).__name__, exc)
             else:
                 self.failures = 0
-                self.reads["delta-rs"] += 1
                 if seen:
                     self.statistics = (path, version, seen[0])
-                return found
+                if found is not None:  # None: it would have read too much (``must_prune``)
+                    self.reads["delta-rs"] += 1
+                    return found
         self.reads["spark"] += 1
         return with_spark(spark, path, keys, version)
 
@@ -222,13 +219,34 @@ def _pruning(files: pa.Table, keys: pa.Array) -> str | None:
     return key_hash_predicate(keys)
 
 
+def checksum(path: str, version: int) -> dict:
+    """The checksum file Delta writes with each version of a table on the local file
+    system (sizes, counts of files with deletion vectors and of deleted rows), ``{}``
+    without one."""
+    local = local_path(path)
+    if local is None:
+        return {}
+    try:
+        with open(f"{local.rstrip('/')}/_delta_log/{version:020d}.crc") as file:
+            return json.load(file)
+    except (OSError, ValueError):
+        return {}
+
+
+def deletion_vector_files(path: str, version: int) -> int:
+    """How many files of ``version`` carry deletion vectors (0 when its checksum does not
+    say: Delta writes one with every commit unless told not to)."""
+    return int(checksum(path, version).get("numDeletionVectorsOpt") or 0)
+
+
 def with_delta_rs(path: str, keys: pa.Array, version: int,
-                  statistics: list | None = None) -> pa.Table:
+                  statistics: list | None = None, must_prune: bool = False) -> pa.Table | None:
     """The delta-rs lookup: the table at ``version``, its narrow columns streamed in Arrow
     batches and matched to ``keys`` (``is_in`` on the driver) ``MATCH_ROWS`` at a time; a
     small batch reads only the files that can hold its keys, when that skips files
     (``PRUNE_KEYS``, ``PRUNE_SHARE``). For a small batch, the file statistics it read are
-    appended to ``statistics`` (the write skips files by them too)."""
+    appended to ``statistics`` (the write skips files by them too). ``must_prune``: read
+    only if that skips all but fewer than ``DELTA_RS_MAX_DV_FILES`` files, else ``None``."""
     from deltalake import DeltaTable, QueryBuilder
 
     table = DeltaTable(path, version=version)
@@ -238,6 +256,11 @@ def with_delta_rs(path: str, keys: pa.Array, version: int,
         pruning = _pruning(files, keys)
         if statistics is not None:
             statistics.append(files)
+        if must_prune and (pruning is None
+                           or files_to_read(files, keys) >= DELTA_RS_MAX_DV_FILES):
+            return None
+    elif must_prune:
+        return None
     reader = QueryBuilder().register("t", table).execute(
         f"SELECT {', '.join(STORED_COLUMNS)} FROM t"
         + (f" WHERE {pruning}" if pruning else ""))
