@@ -61,14 +61,12 @@ def query(tables: dict[str, object], sql: str) -> pa.Table:
     return pa.table(builder.execute(sql).read_all())
 
 
-def _checksum(table) -> dict:
-    return lookup.checksum(table.table_uri, table.version())
-
-
-def scan_blocked(table) -> str | None:
+def scan_blocked(table, checksum: dict | None = None) -> str | None:
     """Why a delta-rs scan of ``table`` must not run (it would hang: too many files with
     deletion vectors, ``lookup.DELTA_RS_MAX_DV_FILES``), or ``None``."""
-    files = _checksum(table).get("numDeletionVectorsOpt")
+    if checksum is None:
+        checksum = lookup.checksum(table.table_uri, table.version())
+    files = checksum.get("numDeletionVectorsOpt")
     if files is None or files < lookup.DELTA_RS_MAX_DV_FILES:
         return None
     return (f"unknown ({files} files carry deletion vectors; delta-rs cannot read them in "
@@ -82,11 +80,11 @@ def entry_counts(table, now: int) -> dict[str, int | str]:
     ``expires_at`` statistics reach ``now`` (one ``CASE`` over every row read them all).
     On a table delta-rs cannot scan (``scan_blocked``): the total from the files' row
     counts less the checksum's deleted rows, and ``live`` says why it is unknown."""
-    blocked = scan_blocked(table)
+    checksum = lookup.checksum(table.table_uri, table.version())  # read once
+    blocked = scan_blocked(table, checksum)
     if blocked is not None:
         rows = pa.table(table.get_add_actions(flatten=False))["num_records"]
-        total = (pc.sum(rows).as_py() or 0) - int(
-            _checksum(table).get("numDeletedRecordsOpt") or 0)
+        total = (pc.sum(rows).as_py() or 0) - int(checksum.get("numDeletedRecordsOpt") or 0)
         return {"total": total, "live": blocked}
     total = query({"store": table}, "SELECT count(*) AS n FROM store").to_pylist()[0]["n"]
     expired = query({"store": table}, "SELECT count(*) AS n FROM store WHERE "
