@@ -61,12 +61,15 @@ def main(verbose: bool, log_format: str) -> None:
 def setup(rebuild_class_archive: bool) -> None:
     """Resolve the JVM jars (Delta, Spark's Kafka connector, the Kafka broker) once, and
     build the local driver's class-data archive (a faster Spark start)."""
-    from ttl.deploy import class_archive, jars
+    from ttl.deploy import class_archive, jars, log_store
 
     started = time.monotonic()
     for bundle, (count, downloaded) in jars.resolve_all().items():
         state = "downloaded" if downloaded else "already cached"
         click.echo(f"{bundle}: {count} jars {state} in {jars.bundle_dir(bundle)}")
+    store_jar, state = log_store.build()
+    click.echo(f"Delta log store for local paths: {state}"
+               + (f" ({store_jar})" if store_jar else ""))
     archive, state = class_archive.build(force=rebuild_class_archive)
     click.echo(f"class-data archive: {state}" + (f" ({archive})" if archive else ""))
     click.echo(f"setup done in {time.monotonic() - started:.1f} s")

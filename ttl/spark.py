@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ttl.config import CONF_DIR, SparkConfig
-from ttl.deploy import class_archive, jars
+from ttl.deploy import class_archive, jars, log_store
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +111,7 @@ def session_settings(
         settings["spark.jars"] = ",".join(str(p) for p in jars.jars("spark"))
         if conf.packages:  # a profile's extras (e.g. hadoop-aws), resolved by Spark's Ivy
             settings["spark.jars.packages"] = ",".join(conf.packages)
+        settings = log_store.add_to(settings)  # local logs listed in one directory read
     if LOG4J2.exists():
         java_opts = f"-Dlog4j2.configurationFile=file:{LOG4J2}"
         for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):

@@ -42,6 +42,7 @@ from pathlib import Path
 from ttl import eviction, status
 from ttl.clock import FixedClock
 from ttl.config import StoreConfig, from_dict
+from ttl.deploy import log_store
 from ttl.phases import BatchPhases
 from ttl.spark import get_session
 from ttl.store import DeltaStore
@@ -167,10 +168,23 @@ def measure(spark, keys: int, args) -> dict[str, float]:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def _hadoop_checksum(data: bytes) -> bytes:
+    """The ``.NAME.crc`` file Hadoop's local file system writes beside each file it writes:
+    a header, then a CRC-32 per 512 bytes."""
+    import struct
+    import zlib
+
+    sums = b"".join(struct.pack(">I", zlib.crc32(data[i:i + 512]))
+                    for i in range(0, len(data), 512))
+    return b"crc\x00" + struct.pack(">i", 512) + sums
+
+
 def _engine_commits(path: str, first: int, count: int, stream_time: int) -> None:
     """``count`` commits from version ``first`` on, written straight into the log: engine
     batch metadata and no action, so a long log costs seconds to make (a delta-rs append
-    each took 60 ms here); Delta and delta-rs read such a commit as an empty one."""
+    each took 60 ms here); Delta and delta-rs read such a commit as an empty one. Each
+    gets Hadoop's checksum file as a commit by Spark does (two files a commit; Spark's
+    commits also leave Delta's version checksum and its own checksum: four)."""
     import json
 
     log_dir = Path(path) / "_delta_log"
@@ -181,7 +195,9 @@ def _engine_commits(path: str, first: int, count: int, stream_time: int) -> None
         info = {"commitInfo": {"timestamp": NOW + version, "operation": "WRITE",
                                "operationParameters": {"mode": "Append"},
                                "userMetadata": meta, "isBlindAppend": True}}
-        (log_dir / f"{version:020d}.json").write_text(json.dumps(info) + "\n")
+        data = (json.dumps(info) + "\n").encode()
+        (log_dir / f"{version:020d}.json").write_bytes(data)
+        (log_dir / f".{version:020d}.json.crc").write_bytes(_hadoop_checksum(data))
 
 
 def log_growth(spark, commits: int, args) -> dict[str, float]:
@@ -215,6 +231,14 @@ def log_growth(spark, commits: int, args) -> dict[str, float]:
         started = time.monotonic()
         position = delta_log.last_engine_commit(spark, path, having="input_offsets")
         out["position_s"] = time.monotonic() - started
+        updates = []
+        for _ in range(5):
+            started = time.monotonic()
+            delta_log.latest_version(spark, path)
+            updates.append(time.monotonic() - started)
+        out["snapshot_update_s"] = statistics.median(updates)
+        batch = _timed_batches(spark, opened, 1_000, 20, args.batches, 1_000, new=True)
+        out["new20_commit_s"] = batch["commit_s"]
         assert opened.stream_time.value == whole, (opened.stream_time.value, whole)
         assert position is not None
         return out
@@ -235,8 +259,14 @@ def main() -> None:
     parser.add_argument("--commits", default="",
                         help="Comma-separated log lengths: measure start-up against them "
                              "instead of table sizes (e.g. 1000,10000,100000).")
+    parser.add_argument("--hadoop-listing", action="store_true",
+                        help="List local Delta logs with Delta's HDFSLogStore (Hadoop's "
+                             "listing), not ttl's FileLogStore: the before of the latter.")
     args = parser.parse_args()
-    spark = get_session()
+    spark = get_session(overrides={log_store.SETTING: "io.delta.storage.HDFSLogStore"}
+                        if args.hadoop_listing else None)
+    print(f"Delta log store for file: paths: "
+          f"{spark.conf.get(log_store.SETTING, 'io.delta.storage.HDFSLogStore')}", flush=True)
     results = {}
     if args.commits:
         sizes = [int(s) for s in args.commits.split(",")]
