@@ -188,11 +188,14 @@ def _engine_commits(path: str, first: int, count: int, stream_time: int) -> None
     import json
 
     log_dir = Path(path) / "_delta_log"
+    # Commit times of now: older ones (the store's own NOW is in 2023) are past the log's
+    # retention, and the clean-up after the engine's next checkpoint would remove them.
+    written_ms = int(time.time() * 1000)
     for version in range(first, first + count):
         meta = json.dumps({"ttl": 1, "op": "batch", "store": "big", "whole_position": True,
                            "stream_time": stream_time + version,
                            "input_offsets": {"0": version}}, separators=(",", ":"))
-        info = {"commitInfo": {"timestamp": NOW + version, "operation": "WRITE",
+        info = {"commitInfo": {"timestamp": written_ms, "operation": "WRITE",
                                "operationParameters": {"mode": "Append"},
                                "userMetadata": meta, "isBlindAppend": True}}
         data = (json.dumps(info) + "\n").encode()
