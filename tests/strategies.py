@@ -1,4 +1,4 @@
-"""Hypothesis strategies for input records and micro-batches (BRIEF §3).
+"""Hypothesis strategies for input records and micro-batches (docs/semantics.md, Write semantics).
 
 Shared by the pure reference-model tests (``tests/unit/test_model.py``) and the Spark-backed
 tests, which replay the same operation sequences against the Delta store and compare it with
@@ -54,7 +54,7 @@ TTLS: tuple[int, ...] = (1, 5, 20, 100, 1_000, DAY_MS, 2**62, INT64_MAX)
 EDGE_TIMESTAMPS: tuple[int, ...] = (
     INT64_MIN + 1, INT64_MIN + 2, -(2**62), -DAY_MS, -1, 0, 1, 2**62, INT64_MAX - 1, INT64_MAX,
 )
-# Engine header values that must be rejected wherever they appear (BRIEF §3 regex + int64).
+# Engine header values rejected wherever they appear (docs/semantics.md's pattern + int64).
 MALFORMED_VALUES: tuple[bytes | None, ...] = (
     None, b"", b"-", b"+1", b" 1", b"1 ", b"1\n", b"1.5", b"1e3", b"0x10", b"1_000", b"--1",
     b"12345678901234567890", b"9223372036854775808", b"-9223372036854775809",
@@ -130,7 +130,7 @@ user_headers: st.SearchStrategy[list[tuple[str, bytes | None]]] = st.lists(
 
 @st.composite
 def _corruption(draw, engine: list[tuple[str, bytes | None]]) -> list[tuple[str, bytes | None]]:
-    """Make the engine headers invalid in one of the ways BRIEF §3 rejects."""
+    """Make the engine headers invalid in one of the ways docs/semantics.md rejects."""
     how = draw(st.sampled_from(("malformed", "ttl_not_positive", "duplicate", "unknown")))
     if how == "malformed":
         name = draw(st.sampled_from(("ttl.ts", "ttl.ttl")))

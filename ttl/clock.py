@@ -3,7 +3,7 @@
 * ``WallClock``: UTC epoch milliseconds (the only place that calls ``time.time_ns``);
 * ``MonotonicClock``: milliseconds for measuring durations (a lease's);
 * ``FixedClock``: a settable clock for tests and reproducible runs;
-* ``StreamTime``: the largest validated record timestamp ever seen (BRIEF §3), which only
+* ``StreamTime``: the largest validated record timestamp ever seen (docs/semantics.md), which only
   moves forward.
 """
 
@@ -88,7 +88,7 @@ def stream_time_floor(properties: dict[str, str]) -> tuple[int | None, int | Non
 
 
 def batch_clock(kind: ClockKind, wall_ms: int, stream_time: int | None) -> int:
-    """T0 of a micro-batch (BRIEF §3): wall, stream time before the batch, or the larger.
+    """T0 of a micro-batch (docs/semantics.md): wall, stream time before the batch, or the larger.
 
     Unset stream time means "no stream-time expiry yet": T0 = ``NO_TIMESTAMP`` (-2^63), at
     which nothing is expired, because ``expires_at = ts + ttl`` with ``ttl > 0`` is always

@@ -1,4 +1,4 @@
-"""Binary value formats shared with Kafka Streams state stores (BRIEF §7).
+"""Binary value formats shared with Kafka Streams state stores (docs/semantics.md, Binary formats).
 
 Pure Python, no dependencies. Every layout below is what Apache Kafka 4.3.1 writes, checked
 byte for byte against the real classes by ``tests/integration/test_codec_kafka_streams.py``.
@@ -32,7 +32,7 @@ KIP-258 timestamped value (``ValueAndTimestampSerializer``)
     [timestamp: 8 bytes, big-endian signed int64][value bytes (may be empty)]
 
 A null value serializes to null (no bytes at all), whatever the timestamp. Any int64 is a
-timestamp, negatives and ``Long.MIN_VALUE`` (``NO_TIMESTAMP``, BRIEF §2) included.
+timestamp, negatives and ``Long.MIN_VALUE`` (``NO_TIMESTAMP``, docs/semantics.md) included.
 A plain (pre-KIP-258) value is upgraded by ``TimestampedBytesStore.convertToTimestampedFormat``
 with timestamp -1: ``ff ff ff ff ff ff ff ff`` + value.
 

@@ -100,7 +100,7 @@ class _Section(BaseModel):
 
 
 class StoreConfig(_Section):
-    """The store: its Delta table and the write semantics of BRIEF §3."""
+    """The store: its Delta table and the write semantics of docs/semantics.md (Write semantics)."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     path: Location
@@ -145,7 +145,7 @@ class StoreConfig(_Section):
 
 
 class KafkaConfig(_Section):
-    """Kafka: ``bootstrap_servers = "embedded"`` starts the local broker (BRIEF §8).
+    """Kafka: ``bootstrap_servers = "embedded"`` starts the local broker (docs/semantics.md).
 
     Security settings name environment variables (``*_env``), never values: the file can be
     committed and printed. ``ttl.kafka.KafkaClients`` reads them and builds both clients:
@@ -172,7 +172,7 @@ class KafkaConfig(_Section):
 
 
 class ChangelogConfig(_Section):
-    """Compaction settings of the changelog topic, chosen for restore safety (BRIEF §5/§6).
+    """Compaction settings of the changelog topic, chosen for restore safety (docs/semantics.md).
 
     ``delete_retention`` must stay well above the time a restore takes: a tombstone is
     dropped that long after compaction reaches it, and a restore that has not read it by

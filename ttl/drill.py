@@ -1,4 +1,4 @@
-"""Restore drills: prove that the changelog rebuilds the table (BRIEF §6).
+"""Restore drills: prove that the changelog rebuilds the table (docs/semantics.md).
 
 1. read the last fully published version V (the progress topic), *then* the end offsets;
 2. restore into a scratch table up to ``ttl.version <= V`` (records after V are in flight,

@@ -164,7 +164,7 @@ class ScanBlocked(TtlError):
 
 
 class TopicError(TtlError):
-    """A changelog topic breaks a rule (BRIEF §5)."""
+    """A changelog topic breaks a rule (docs/semantics.md, Changelog)."""
 
     action = "fix the named topic setting (or recreate the topic with `ttl topic create`)."
 

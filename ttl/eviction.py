@@ -1,4 +1,4 @@
-"""Eviction: sweeps by wall clock or stream time, TTL changes, dry runs (BRIEF §4).
+"""Eviction: sweeps by wall clock or stream time, TTL changes, dry runs (docs/semantics.md).
 
 A sweep at clock value T is one Delta ``DELETE ... WHERE expires_at <= T``: the predicate is
 evaluated inside the commit (never a key list planned earlier), so a key refreshed by a

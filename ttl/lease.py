@@ -1,4 +1,4 @@
-"""The single-writer lease of a store (BRIEF §4).
+"""The single-writer lease of a store (docs/semantics.md, Single writer and the lease).
 
 Open-source Delta checks conflicts per partition, so a sweep and a MERGE on the store table
 conflict routinely. While the streaming job runs it is the table's only writer: it holds this

@@ -1,4 +1,4 @@
-"""The write semantics of BRIEF §3, stated once, in plain Python.
+"""The write semantics of docs/semantics.md (Write semantics), stated once, in plain Python.
 
 Pure functions carry the whole contract, and every writer uses them:
 
@@ -12,7 +12,7 @@ Pure functions carry the whole contract, and every writer uses them:
   Delta store is tested against (the two share the semantics, so they cannot drift; the
   tests check the plumbing around them: lookup, MERGE, dead letters, stream time, replays).
 
-Decisions where the brief is silent (also in the README):
+Decisions beyond the plain rules (also in docs/semantics.md):
 
 * A put that is expired on arrival removes the key's row whether that row was live or
   expired-but-unswept (published as an expiry either way); a delete likewise removes either.
@@ -124,7 +124,7 @@ def _engine_headers(headers: Headers) -> tuple[dict[str, int], Headers] | str:
 
 
 def validate(rec: InputRecord, wall_ms: int, t0: int, sem: Semantics) -> ValidRecord | Rejection:
-    """BRIEF §3 validation, in order; the first rule that applies decides."""
+    """docs/semantics.md validation, in order; the first rule that applies decides."""
     if rec.key is None:
         return Rejection(rec, NULL_KEY, "the record has no key")
     parsed = _engine_headers(rec.headers)
@@ -139,7 +139,7 @@ def validate(rec: InputRecord, wall_ms: int, t0: int, sem: Semantics) -> ValidRe
         ts, missing = engine[HEADER_TS], engine[HEADER_TS] == NO_TIMESTAMP
     else:
         ts = rec.timestamp if rec.timestamp is not None else -1
-        # Kafka's "no timestamp" is -1; -2^63 is never a timestamp (BRIEF §2), whatever
+        # Kafka's "no timestamp" is -1; -2^63 is never a timestamp (docs/semantics.md), whatever
         # carries it.
         missing = ts in (-1, NO_TIMESTAMP)
     if missing:
@@ -284,7 +284,7 @@ def fold_batch(records: Iterable[InputRecord], stored: Mapping[bytes, Entry], wa
 
 
 class ReferenceStore:
-    """BRIEF §3 on a dict: the reference the Delta store must equal after every batch."""
+    """docs/semantics.md on a dict: the reference the Delta store must equal after every batch."""
 
     def __init__(self, sem: Semantics, clock: ClockKind = "wall",
                  stream_time: int | None = None) -> None:

@@ -8,7 +8,7 @@ are written once so a rename is one edit, and so ``grep`` finds every user.
 
 from __future__ import annotations
 
-# -- engine headers (BRIEF §3 input, §5 changelog) -------------------------------------------
+# -- engine headers (docs/semantics.md: input, changelog) -----------------------------------------
 
 ENGINE_PREFIX = "ttl."
 HEADER_TS = "ttl.ts"  # exact event time, ASCII decimal (input and changelog)
@@ -22,7 +22,7 @@ INPUT_ENGINE_HEADERS = (HEADER_TS, HEADER_TTL)
 CHANGELOG_ENGINE_HEADERS = (HEADER_TS, HEADER_OP, HEADER_VERSION, HEADER_STREAM_TIME,
                             HEADER_TTL, HEADER_CLOCK)
 
-# -- store table properties (BRIEF §2) -------------------------------------------------------
+# -- store table properties (docs/semantics.md) ---------------------------------------------------
 
 PROP_FORMAT = "ttl.format.version"
 PROP_NAME = "ttl.store.name"
@@ -90,7 +90,7 @@ EMBEDDED = "embedded"
 
 
 def publisher_transactional_id(store: str) -> str:
-    """Fixed per store, so a restarted publisher fences a zombie (BRIEF §5)."""
+    """Fixed per store, so a restarted publisher fences a zombie (docs/semantics.md, Changelog)."""
     return f"ttl-{store}-changelog"
 
 

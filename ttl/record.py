@@ -34,7 +34,7 @@ class ValueTimestampHeaders:
 
 @dataclass(frozen=True, slots=True)
 class InputRecord:
-    """One record as read from the input topic (BRIEF §3).
+    """One record as read from the input topic (docs/semantics.md, Write semantics).
 
     ``timestamp`` is the Kafka record timestamp in ms (``-1`` or ``None`` = none); the
     engine headers ``ttl.ts`` / ``ttl.ttl`` travel in ``headers`` until validation.
@@ -85,5 +85,5 @@ class Entry:
     record_ttl: int | None = None
 
     def live_at(self, t: int) -> bool:
-        """Live iff it never expires or expires strictly after ``t`` (BRIEF §3/§4)."""
+        """Live iff it never expires or expires strictly after ``t`` (docs/semantics.md)."""
         return self.expires_at is None or self.expires_at > t

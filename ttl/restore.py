@@ -1,4 +1,4 @@
-"""Restore a store's table from its changelog (BRIEF §6), as an explicit state machine.
+"""Restore a store's table from its changelog (docs/semantics.md), as an explicit state machine.
 
     NOT_STARTED -> READING -> WRITING -> DONE
          any state except DONE -> FAILED

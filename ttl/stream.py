@@ -1,4 +1,4 @@
-"""The streaming job: Kafka in, store, eviction and changelog out (BRIEF §1, §3-§6).
+"""The streaming job: Kafka in, store, eviction and changelog out (docs/semantics.md).
 
 Per micro-batch (``foreachBatch``, under the store's write lock):
 

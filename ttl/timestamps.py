@@ -1,6 +1,6 @@
 """Timestamps as int64 milliseconds: the bounds, the "no timestamp" sentinel, and expiry.
 
-``expires_at = ts + ttl`` saturates at int64 max instead of wrapping (BRIEF §2): a record
+``expires_at = ts + ttl`` saturates at int64 max instead of wrapping (docs/semantics.md): a record
 near the top of the range with a TTL must still "never" expire rather than expire in 1970.
 The rule is written once in Python (the reference model, which the batch write runs) and
 once as a Spark column (restores, TTL changes, upgrades), and the tests hold both to each

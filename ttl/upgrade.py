@@ -1,4 +1,4 @@
-"""Format upgrades v1 (key, value) / v2 (key, value, ts) -> v3 (BRIEF §2, §6; KIP-258).
+"""Format upgrades v1 (key, value) / v2 (key, value, ts) -> v3 (docs/semantics.md).
 
 **In place**, in idempotent steps, so a half-done upgrade is resumed by running it again:
 

@@ -1,4 +1,4 @@
-"""The Delta store equals the reference model after every micro-batch (BRIEF §3).
+"""The Delta store equals the reference model after every micro-batch (docs/semantics.md).
 
 Generated operation sequences (``tests/strategies.py``) run through the real Spark path and
 through ``ttl.model.ReferenceStore``; after each batch the whole table (expired-but-unswept

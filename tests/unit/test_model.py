@@ -1,12 +1,12 @@
-"""The reference model (``ttl.model``) against BRIEF §3, without a JVM.
+"""The reference model (``ttl.model``) against docs/semantics.md (Write semantics), without a JVM.
 
 Two kinds of tests:
 
-* examples named after the behaviour they pin down, each a sentence of BRIEF §3/§4;
+* examples named after the behaviour they pin down, each a sentence of docs/semantics.md;
 * properties over generated operation sequences (``tests.strategies``): the model's own
   invariants, and agreement after every batch with ``Naive``, a deliberately simple
-  one-record-at-a-time re-statement of BRIEF §3 written from the brief's text (it does not
-  call ``validate`` or ``fold_key``). Where the brief is silent, ``Naive`` follows the decisions
+  one-record-at-a-time re-statement of the rules written from docs/semantics.md (it does not
+  call ``validate`` or ``fold_key``). Where the rules leave a choice, ``Naive`` takes the decisions
   listed in ``ttl.model``'s docstring.
 
 The Delta store is tested against ``ReferenceStore``; if the model is wrong, everything
@@ -217,7 +217,7 @@ def test_put_expiring_one_ms_after_t0_is_stored():
 
 
 def test_expired_on_arrival_removes_expired_but_unswept_row_as_expiry():
-    """Brief silent; model decision: the stale row goes, published as an expiry."""
+    """Rules silent; model decision: the stale row goes, published as an expiry."""
     store = ReferenceStore(Semantics(ttl=10))
     apply(store, rec(ts=W))
     result = apply(store, rec(ts=W - 100), wall=W + 50)
@@ -351,7 +351,7 @@ def test_no_timestamp_is_never_stored():
 
 @pytest.mark.parametrize("policy", ["reject", "ingest_time"])
 def test_kafka_timestamp_equal_to_no_timestamp_is_never_stored(policy):
-    """BRIEF §2: ts is "never the sentinel", whatever carries it.
+    """docs/semantics.md (Data model): ts is "never the sentinel", whatever carries it.
 
     §3 defines "missing" as ``ttl.ts = -2^63`` or Kafka timestamp -1; a Kafka timestamp of
     -2^63 (no ``ttl.ts``) is neither, yet storing it would put the sentinel in the table.
@@ -481,7 +481,7 @@ def test_unset_stream_time_expires_nothing():
 # --- validation ---------------------------------------------------------------------------------
 
 SMALL = Semantics(max_value_bytes=4, max_headers_bytes=16, max_record_bytes=542)
-FAULTS = {  # one per reason code, in BRIEF order; each turns a good record into a bad one
+FAULTS = {  # one per reason code, in the documented order; each turns a good record into a bad one
     NULL_KEY: lambda r: dataclasses.replace(r, key=None),
     BAD_ENGINE_HEADER: lambda r: dataclasses.replace(r, headers=(*r.headers, ("ttl.x", b"1"))),
     BAD_HEADER_KEY: lambda r: dataclasses.replace(r, headers=(("n\ufffd", b"1"), *r.headers)),
@@ -493,7 +493,7 @@ FAULTS = {  # one per reason code, in BRIEF order; each turns a good record into
 }
 
 
-def test_reasons_are_listed_in_brief_order():
+def test_reasons_are_listed_in_the_documented_order():
     assert REASONS == tuple(FAULTS)
 
 
@@ -633,7 +633,7 @@ def test_sweep_is_exact_and_idempotent():
 # --- the independent re-statement ---------------------------------------------------------------
 
 def naive_int(raw: bytes | None) -> int | None:
-    """BRIEF §3: ASCII decimal ``^-?[0-9]{1,19}$`` within int64."""
+    """docs/semantics.md (Write semantics): ASCII decimal ``^-?[0-9]{1,19}$`` within int64."""
     if raw is None:
         return None
     try:
@@ -648,7 +648,7 @@ def naive_int(raw: bytes | None) -> int | None:
 
 
 class Naive:
-    """BRIEF §3 one record at a time, in arrival order (= offset order for each key).
+    """docs/semantics.md one record at a time, in arrival order (= offset order for each key).
 
     T0 is ``None`` while an unset stream time is the clock: then nothing is expired.
     """
@@ -691,7 +691,7 @@ class Naive:
             return FUTURE_TIMESTAMP
         if r.value is not None and len(r.value) > self.sem.max_value_bytes:
             return VALUE_TOO_LARGE
-        # the brief names no measure; this one (UTF-8 name + value bytes) is the model's
+        # the rules name no measure; this one (UTF-8 name + value bytes) is the model's
         if sum(len(k.encode()) + len(v or b"") for k, v in r.headers) > \
                 self.sem.max_headers_bytes:
             return HEADERS_TOO_LARGE

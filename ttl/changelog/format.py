@@ -1,4 +1,4 @@
-"""Changelog record format (BRIEF §5), written down once.
+"""Changelog record format (docs/semantics.md, Changelog), written down once.
 
 Put record::
 

@@ -1,4 +1,4 @@
-"""The publisher: the table's changes onto the changelog, in Delta commit order (BRIEF §5).
+"""The publisher: the table's changes onto the changelog, in Delta commit order (docs/semantics.md).
 
 Design, and why it keeps "replaying the changelog rebuilds the table":
 
@@ -582,7 +582,7 @@ def _known_runs(version: int, changes) -> Iterator[tuple[int, object]]:
 
 
 def _removal(meta: dict, expired: Callable[[], list[str]]) -> fmt.Removal:
-    """How a version's removed keys are told (BRIEF §5): a sweep's as expired by its clock,
+    """How a version's removed keys are told (docs/semantics.md): a sweep's as expired by its clock,
     the keys a batch lists as expired on arrival (``expired``: read only when a key is
     removed) by the batch's clock, any other as deleted."""
     if meta.get("op") == OP_SWEEP:

@@ -1,4 +1,4 @@
-"""The changelog topics and their rules (BRIEF §5).
+"""The changelog topics and their rules (docs/semantics.md, Changelog).
 
 Two compacted topics per store:
 

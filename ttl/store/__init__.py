@@ -1,4 +1,4 @@
-"""The timestamped store on Delta Lake (BRIEF §2-§4)."""
+"""The timestamped store on Delta Lake (docs/semantics.md: data model, writes, expiry)."""
 
 from ttl.store.store import DeltaStore
 

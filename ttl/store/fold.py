@@ -214,7 +214,7 @@ def _stored_rows(keys, stored, t0: int):
 
 
 def _vectorized(table, stored, t0: int, sem: Semantics, folded: Folded):
-    """One plain record per key onto its stored row (BRIEF §3 for a single record)."""
+    """One plain record per key onto its stored row (docs/semantics.md for a single record)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc

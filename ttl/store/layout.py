@@ -1,6 +1,6 @@
 """Table layouts: the store table (format v3) and its dead-letter table.
 
-Store table, format version 3 (BRIEF §2)::
+Store table, format version 3 (docs/semantics.md, Data model)::
 
     key         BINARY NOT NULL   unique
     value       BINARY NOT NULL   latest value

@@ -201,7 +201,7 @@ class DeltaStore:
             self.lease.check(self.spark, self.path, properties)
 
     def now(self) -> int:
-        """The store's clock for reads: wall, stream time, or the larger (BRIEF §4)."""
+        """The store's clock for reads: wall, stream time, or the larger (docs/semantics.md)."""
         return batch_clock(self.clock_kind, self.wall_clock.now_ms(), self.stream_time.value)
 
     # -- batch writes ------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The batch write path: input records -> one Delta commit (BRIEF §3).
+"""The batch write path: input records -> one Delta commit (docs/semantics.md, Write semantics).
 
 Plan, per micro-batch (the records arrive as one Arrow table, the stream's one read):
 

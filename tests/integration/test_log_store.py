@@ -1,0 +1,59 @@
+"""``ttl.deploy.log_store``: the session lists local Delta logs with ``FileLogStore``, which
+returns what Delta's own ``HDFSLogStore`` returns, from any start, on a real table's log."""
+
+from __future__ import annotations
+
+import pytest
+from deltalake import DeltaTable
+
+from tests.integration.test_eviction import make_store, recs
+from ttl import eviction
+from ttl.deploy import log_store
+
+pytestmark = pytest.mark.integration
+
+NOW = 1_700_000_000_000
+
+
+def _listing(spark, store_class, path: str) -> list[tuple[str, int, bool]]:
+    jvm = spark._jvm
+    conf = spark._jsc.hadoopConfiguration()
+    store = jvm.__getattr__(store_class)(conf)  # py4j resolves a dotted class name
+    found = store.listFrom(jvm.org.apache.hadoop.fs.Path(path), conf)
+    out = []
+    while found.hasNext():
+        status = found.next()
+        out.append((status.getPath().toString(), status.getLen(), status.isDirectory()))
+    return out
+
+
+def test_the_session_lists_local_logs_with_the_file_log_store(spark):
+    assert log_store.built() is not None, "ttl setup builds the log store (needs javac)"
+    assert spark.conf.get(log_store.SETTING) == log_store.CLASS
+
+
+def test_file_log_store_lists_what_delta_lists_from_every_start(spark, table_path):
+    store = make_store(spark, table_path, ttl=1_000)
+    for i in range(12):  # commits, Delta's and Hadoop's checksum files, a checkpoint
+        store.apply_records(recs((b"k%d" % i, b"v", NOW + i)))
+    eviction.sweep(store, "wall", NOW + 5_000)
+    DeltaTable(table_path).create_checkpoint()
+    log = f"file:{table_path}/_delta_log"
+    starts = [f"{log}/{v:020d}." for v in (0, 1, 7, 12, 13, 99)]
+    starts += [f"{log}/{v:020d}.checkpoint.parquet" for v in (0, 10)]
+    starts += [f"{log}/_last_checkpoint", f"{log}/"]
+    for start in starts:
+        ours = _listing(spark, "ttl.delta.FileLogStore", start)
+        delta = _listing(spark, "io.delta.storage.HDFSLogStore", start)
+        assert ours == delta, start
+    everything = _listing(spark, "ttl.delta.FileLogStore", f"{log}/{0:020d}.")
+    names = [p.rsplit("/", 1)[1] for p, _, _ in everything]
+    assert f"{13:020d}.json" in names and "_last_checkpoint" in names
+    assert not any(n.startswith(".") for n in names)  # Hadoop's checksums stay hidden
+
+
+def test_file_log_store_refuses_a_missing_directory_as_delta_does(spark, tmp_path):
+    missing = f"file:{tmp_path}/nothing/_delta_log/{0:020d}."
+    for store_class in ("ttl.delta.FileLogStore", "io.delta.storage.HDFSLogStore"):
+        with pytest.raises(Exception, match="FileNotFoundException"):
+            _listing(spark, store_class, missing)
