@@ -505,7 +505,7 @@ def restore(app: App, *, target: str | None = None, until_version: int | None = 
 
     app.check_kafka()
     conf = app.conf
-    into_store = target is None or _same_location(target, conf.store.path)
+    into_store = target is None or config.same_location(target, conf.store.path)
     path = conf.store.path if into_store else target
     if into_store:
         _refuse_a_partial_source(conf, until_version, until_offsets, converter, source_topic)
@@ -526,19 +526,6 @@ def restore(app: App, *, target: str | None = None, until_version: int | None = 
             finally:
                 publisher.close()
         return "\n".join(lines)
-
-
-def _same_location(a: str, b: str) -> bool:
-    """Two spellings of one table location (``file:`` prefix, trailing or doubled
-    slashes, a relative path)."""
-    import posixpath
-
-    def norm(raw: str) -> str:
-        raw = config.absolute_location(raw.removeprefix("file://").removeprefix("file:"))
-        scheme, sep, rest = raw.partition("://")
-        return f"{scheme}{sep}{posixpath.normpath(rest)}" if sep else posixpath.normpath(raw)
-
-    return norm(a) == norm(b)
 
 
 def _refuse_a_partial_source(conf: Config, until_version, until_offsets, converter: str,

@@ -45,7 +45,7 @@ def _logging(verbose: bool, log_format: str = "text") -> None:
     logging.getLogger("apscheduler").setLevel(logging.ERROR)
 
 
-@click.group()
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="ttl", prog_name="ttl")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
@@ -61,7 +61,8 @@ def main(verbose: bool, log_format: str) -> None:
 def setup(rebuild_class_archive: bool) -> None:
     """Resolve the JVM jars (Delta, Spark's Kafka connector, the Kafka broker) once, and
     build the local driver's class-data archive (a faster Spark start)."""
-    from ttl.deploy import class_archive, jars, log_store
+    from ttl.deploy import archive_build
+    from ttl.jvm import jars, log_store
 
     started = time.monotonic()
     for bundle, (count, downloaded) in jars.resolve_all().items():
@@ -70,7 +71,7 @@ def setup(rebuild_class_archive: bool) -> None:
     store_jar, state = log_store.build()
     click.echo(f"Delta log store for local paths: {state}"
                + (f" ({store_jar})" if store_jar else ""))
-    archive, state = class_archive.build(force=rebuild_class_archive)
+    archive, state = archive_build.build(force=rebuild_class_archive)
     click.echo(f"class-data archive: {state}" + (f" ({archive})" if archive else ""))
     click.echo(f"setup done in {time.monotonic() - started:.1f} s")
 
@@ -129,8 +130,11 @@ class Duration(click.ParamType):
 
 
 CONF = click.option("--conf", "conf_path", type=click.Path(path_type=Path),
-                    default=Path("conf/local.toml"), show_default=True,
-                    help="The store's configuration profile.")
+                    default=Path("conf/local.toml"), show_default=True, envvar="TTL_CONF",
+                    show_envvar=True, help="The store's configuration profile.")
+OUTPUT = click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text",
+                      show_default=True, help="json: one JSON object per entry (bytes as "
+                      "UTF-8 text, or {\"base64\": ...} when they are not UTF-8).")
 BOOTSTRAP = click.option("--bootstrap", default=None,
                          help="Override kafka.bootstrap_servers.")
 
@@ -160,16 +164,22 @@ def run_cmd(conf_path: Path, available_now: bool, demo_seconds: int | None) -> N
 
 @main.command("produce-sample")
 @CONF
-@click.option("--bootstrap", required=True, help="Kafka bootstrap servers.")
+@click.option("--bootstrap", default=None,
+              help="Kafka bootstrap servers (default: the profile's kafka.bootstrap_servers).")
 @click.option("--keys", default=200, show_default=True, help="Distinct keys to draw from.")
 @click.option("--records", default=2000, show_default=True, help="Records to produce.")
 @click.option("--rate", default=200.0, show_default=True, help="Records per second.")
-def produce_sample(conf_path: Path, bootstrap: str, keys: int, records: int,
+def produce_sample(conf_path: Path, bootstrap: str | None, keys: int, records: int,
                    rate: float) -> None:
     """Write sample input (out-of-order and negative timestamps, deletes, headers)."""
     from ttl.local import sample
 
-    kafka = _app(conf_path, bootstrap).kafka
+    app = _app(conf_path, bootstrap)
+    if app.conf.kafka.bootstrap_servers == "embedded":
+        raise click.UsageError("the profile's kafka.bootstrap_servers is 'embedded' (a "
+                               "broker of ttl run's own): give --bootstrap HOST:PORT")
+    app.check_kafka()
+    kafka = app.kafka
     sent = sample.produce(kafka, sample.SampleSpec(keys=keys, records=records, rate=rate))
     click.echo(f"produced {sent} records to {kafka.conf.input_topic}")
 
@@ -284,25 +294,61 @@ def topic_check(conf_path: Path, bootstrap: str | None) -> None:
 
 @main.command()
 @CONF
+@OUTPUT
 @click.argument("key")
-def get(conf_path: Path, key: str) -> None:
-    """Print a key's live value, timestamp and headers (read without Spark)."""
+def get(conf_path: Path, output: str, key: str) -> None:
+    """Print a key's live value, timestamp and headers (read without Spark); exit 1 when
+    the key has no live entry."""
     from ttl import status as status_mod
 
     found = status_mod.get(_app(conf_path).conf, key.encode())
-    click.echo("(no live entry)" if found is None else
-               f"value={found['value']!r} ts={found['ts']} headers={list(found['headers'])}")
+    if found is None:
+        click.echo(f"no live entry for key {key!r}", err=True)
+        sys.exit(1)
+    click.echo(_entry(key.encode(), found, output))
 
 
 @main.command()
 @CONF
+@OUTPUT
 @click.option("--limit", default=20, show_default=True, help="Print at most this many.")
-def scan(conf_path: Path, limit: int) -> None:
+def scan(conf_path: Path, output: str, limit: int) -> None:
     """Print live entries in key order (read without Spark)."""
     from ttl import status as status_mod
 
     for key, entry in status_mod.scan(_app(conf_path).conf, limit):
-        click.echo(f"{key!r}: value={entry['value']!r} ts={entry['ts']}")
+        click.echo(_entry(key, entry, output))
+
+
+def _entry(key: bytes, entry: dict, output: str) -> str:
+    """One entry for people (text, its time in UTC beside the epoch ms) or machines (JSON)."""
+    import json
+    from datetime import datetime, timezone
+
+    def text(raw: bytes | None) -> str | dict | None:
+        if raw is None:
+            return None
+        try:
+            return raw.decode()
+        except UnicodeDecodeError:
+            import base64
+
+            return {"base64": base64.b64encode(raw).decode()}
+
+    headers = [[name, text(value)] for name, value in entry["headers"]]
+    if output == "json":
+        return json.dumps({"key": text(key), "value": text(entry["value"]), "ts": entry["ts"],
+                           "headers": headers}, ensure_ascii=False)
+    try:
+        when = datetime.fromtimestamp(entry["ts"] / 1000, tz=timezone.utc).isoformat(
+            timespec="milliseconds").replace("+00:00", "Z")
+    except (OverflowError, OSError, ValueError):  # beyond what a datetime can hold
+        when = "out of calendar range"
+    shown = [f"{name}={value if isinstance(value, str) or value is None else value}"
+             for name, value in headers]
+    value = text(entry["value"])
+    return (f"{text(key)}\tvalue={value}\tts={entry['ts']} ({when})"
+            + (f"\theaders={', '.join(shown)}" if shown else ""))
 
 
 @main.group("dead-letters", invoke_without_command=True)
@@ -318,16 +364,18 @@ def dead_letters_cmd(ctx: click.Context, conf_path: Path) -> None:
 
 
 @dead_letters_cmd.command("replay")
+@click.option("--conf", "conf_path", type=click.Path(path_type=Path), default=None,
+              help="The store's profile (default: the one given to dead-letters).")
 @click.option("--reason", required=True, help="Replay the dead letters of this reason.")
 @click.option("--key", default=None, help="Only this key's (UTF-8).")
 @BOOTSTRAP
 @click.pass_context
-def dead_letters_replay(ctx: click.Context, reason: str, key: str | None,
-                        bootstrap: str | None) -> None:
+def dead_letters_replay(ctx: click.Context, conf_path: Path | None, reason: str,
+                        key: str | None, bootstrap: str | None) -> None:
     """Produce chosen dead letters to the input topic again (after a fix); idempotent."""
     from ttl import dead_letters
 
-    app = _app(ctx.obj, bootstrap)
+    app = _app(conf_path or ctx.obj, bootstrap)
     app.check_kafka()
     result = dead_letters.replay(app.conf, app.kafka, reason,
                                  key=key.encode() if key is not None else None)
@@ -362,7 +410,7 @@ def restore_cmd(conf_path: Path, bootstrap: str | None, target: str | None,
                 source_topic: str | None) -> None:
     """Rebuild the table from the changelog (one commit), then sweep and publish."""
     from ttl import app
-    from ttl.restore import parse_offsets
+    from ttl.changelog.reader import parse_offsets
 
     click.echo(app.restore(
         _app(conf_path, bootstrap), target=target, until_version=until_version,

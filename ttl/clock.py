@@ -29,6 +29,12 @@ class WallClock:
         return time.time_ns() // 1_000_000
 
 
+def wall_ms_or_now(wall_ms: int | None) -> int:
+    """``wall_ms`` when a caller (a test, a benchmark, a dry run at a given time) fixes the
+    time, else the wall clock's now: the one place commands read the wall clock."""
+    return WallClock().now_ms() if wall_ms is None else wall_ms
+
+
 class MonotonicClock:
     """The system's monotonic clock in milliseconds: for durations only (a lease's), never
     for timestamps. It does not jump with the wall clock, and stops counting for nobody."""

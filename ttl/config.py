@@ -11,6 +11,7 @@ integer of milliseconds, at most ``MAX_DURATION_MS``.
 from __future__ import annotations
 
 import ipaddress
+import posixpath
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -83,10 +84,24 @@ def parse_ttl_ms(raw: Any) -> int:
 
 
 def absolute_location(raw: Any) -> Any:
-    """Local paths become absolute (Delta's path identifiers need it); URIs stay as they are."""
-    if isinstance(raw, str) and "://" not in raw and not raw.startswith("/"):
+    """Local paths become absolute (Delta's path identifiers need it); URIs stay as they are
+    (``s3a://...``, and ``file:/x``, which names the absolute path ``/x``)."""
+    if isinstance(raw, str) and "://" not in raw and not raw.startswith(("/", "file:")):
         return str(Path(raw).resolve())
     return raw
+
+
+def same_location(a: str, b: str) -> bool:
+    """Whether two spellings name one table location: a ``file:`` prefix, trailing or
+    doubled slashes, a relative path. The one rule for it (a restore into the store's own
+    table, a drill's scratch beside it)."""
+
+    def norm(raw: str) -> str:
+        raw = str(absolute_location(raw.removeprefix("file://").removeprefix("file:")))
+        scheme, sep, rest = raw.partition("://")
+        return f"{scheme}{sep}{posixpath.normpath(rest)}" if sep else posixpath.normpath(raw)
+
+    return norm(a) == norm(b)
 
 
 Location = Annotated[str, BeforeValidator(absolute_location)]

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from ttl.clock import wall_ms_or_now
 from ttl.config import Config
+from ttl.errors import StoreMissing
 from ttl.kafka import KafkaClients
 from ttl.names import sibling
 
@@ -34,6 +36,9 @@ _REPLAYED_SCHEMA = pa.schema([("source_partition", pa.int32()), ("source_offset"
 def _query(conf: Config, sql: str) -> pa.Table:
     from deltalake import DeltaTable, QueryBuilder
 
+    if not DeltaTable.is_deltatable(conf.store.dead_letters):  # made with the store's table
+        raise StoreMissing(f"no Delta table at {conf.store.dead_letters} (the dead letters of "
+                           f"store.path {conf.store.path})")
     builder = QueryBuilder().register("dead", DeltaTable(conf.store.dead_letters))
     replayed = _replayed_path(conf)
     if DeltaTable.is_deltatable(replayed):
@@ -92,9 +97,8 @@ def replay(conf: Config, kafka: KafkaClients, reason: str, *, key: bytes | None 
     to the input topic; record each after its delivery."""
     from deltalake import DeltaTable, write_deltalake
 
-    from ttl.clock import WallClock
 
-    now = WallClock().now_ms() if wall_ms is None else wall_ms
+    now = wall_ms_or_now(wall_ms)
     where = f"d.reason = '{_sql_str(reason)}'"
     if key is not None:
         where += f" AND d.key = X'{key.hex()}'"

@@ -26,7 +26,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from ttl import commit
-from ttl.clock import WallClock
+from ttl.clock import wall_ms_or_now
 from ttl.config import Config
 from ttl.names import DRILLS_SUFFIX, OP_SWEEP, sibling
 
@@ -53,8 +53,8 @@ def collect(conf: Config, *, wall_ms: int | None = None, kafka=None) -> dict:
 
     from ttl import status as status_mod
 
-    now = WallClock().now_ms() if wall_ms is None else wall_ms
-    table = DeltaTable(conf.store.path)
+    now = wall_ms_or_now(wall_ms)
+    table = status_mod.open_table(conf.store.path)
     out = status_mod.status(conf, kafka, wall_ms=now)
     clock_now = status_mod.store_now(conf, now)
     cases = " ".join(f"WHEN expires_at - {clock_now} < {upper} THEN '{label}'"

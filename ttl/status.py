@@ -23,9 +23,9 @@ import pyarrow.compute as pc
 from ttl import commit
 from ttl.changelog import continuity
 from ttl.changelog.format import version_offset
-from ttl.clock import WallClock, batch_clock, stream_time_floor
+from ttl.clock import batch_clock, stream_time_floor, wall_ms_or_now
 from ttl.config import Config
-from ttl.errors import ScanBlocked
+from ttl.errors import ScanBlocked, StoreMissing
 from ttl.lease import LEASE_ID
 from ttl.names import (
     LEASE_SUFFIX,
@@ -43,6 +43,18 @@ HISTORY = 200
 #: The changelog lag ``status`` reports when the brokers answer but the changelog has no
 #: progress topic: nothing says which versions are published (``health`` is unhealthy).
 NO_PROGRESS_TOPIC = "unknown (no progress topic)"
+
+
+def open_table(path: str):
+    """The store's table, read by delta-rs; a path that holds none is ``StoreMissing`` (one
+    line naming the path and the action), not delta-rs's traceback."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return DeltaTable(path)
+    except TableNotFoundError as exc:
+        raise StoreMissing(f"no Delta table at store.path {path}") from exc
 
 
 def _table(path: str):
@@ -108,7 +120,7 @@ class StoreView:
 
     @classmethod
     def open(cls, conf: Config) -> StoreView:
-        table = _table(conf.store.path)
+        table = open_table(conf.store.path)
         version, properties = table.version(), dict(table.metadata().configuration)
         through = stream_time_floor(properties)[1]
         # The commits the stream-time rule needs (those after the floor's version; all of
@@ -170,7 +182,7 @@ def status(conf: Config, kafka=None, *, wall_ms: int | None = None) -> dict[str,
     now (the embedded broker runs only inside ``ttl run``)."""
     view = StoreView.open(conf)
     progress = _changelog_progress(conf, kafka)
-    wall = WallClock().now_ms() if wall_ms is None else wall_ms
+    wall = wall_ms_or_now(wall_ms)
     stream_time = view.stream_time(progress.stream_time if progress else None)
     now = batch_clock(conf.eviction.clock, wall, stream_time)
     store = view.table
@@ -240,7 +252,7 @@ def lease(conf: Config, wall_ms: int) -> str:
 def get(conf: Config, key: bytes, *, wall_ms: int | None = None) -> dict | None:
     """The live entry of ``key`` (value, ts, headers, expires_at), or ``None``."""
     now = store_now(conf, wall_ms)
-    table = _table(conf.store.path)
+    table = open_table(conf.store.path)
     (key_hash,) = key_hashes(pa.array([key], pa.binary())).to_pylist()
     if lookup.files_to_read(pa.table(table.get_add_actions(flatten=True)),
                             pa.array([key], pa.binary())) >= lookup.DELTA_RS_MAX_DV_FILES:
@@ -262,7 +274,7 @@ def _refuse_blocked(table) -> None:
 def scan(conf: Config, limit: int, *, wall_ms: int | None = None) -> list[tuple[bytes, dict]]:
     """Up to ``limit`` live entries in key order."""
     now = store_now(conf, wall_ms)
-    table = _table(conf.store.path)
+    table = open_table(conf.store.path)
     _refuse_blocked(table)
     rows = query({"store": table},
                 f"SELECT key, value, ts, headers, expires_at FROM store WHERE {_live(now)} "
@@ -271,7 +283,7 @@ def scan(conf: Config, limit: int, *, wall_ms: int | None = None) -> list[tuple[
 
 
 def store_now(conf: Config, wall_ms: int | None) -> int:
-    wall = WallClock().now_ms() if wall_ms is None else wall_ms
+    wall = wall_ms_or_now(wall_ms)
     if conf.eviction.clock == "wall":
         return wall
     view = StoreView.open(conf)

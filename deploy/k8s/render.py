@@ -21,8 +21,8 @@ from pathlib import Path
 import yaml
 
 from ttl.config import REPO_ROOT, Config, load
-from ttl.deploy import jars
 from ttl.deploy.submit import packages, spark_settings
+from ttl.jvm import jars
 from ttl.spark import LOG4J2, SPARK_DEFAULTS, read_spark_defaults
 
 HERE = Path(__file__).resolve().parent

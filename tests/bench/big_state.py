@@ -42,7 +42,7 @@ from pathlib import Path
 from ttl import eviction, status
 from ttl.clock import FixedClock
 from ttl.config import StoreConfig, from_dict
-from ttl.deploy import log_store
+from ttl.jvm import log_store
 from ttl.phases import BatchPhases
 from ttl.spark import get_session
 from ttl.store import DeltaStore
@@ -163,6 +163,7 @@ def measure(spark, keys: int, args) -> dict[str, float]:
         out["files"] = spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()["numFiles"]
         out["python_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         out["jvm_heap_mb"] = _jvm_heap_mb(spark)
+        store.quiesce()  # a checkpoint under way would fail as the directory goes
         return out
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -242,6 +243,7 @@ def log_growth(spark, commits: int, args) -> dict[str, float]:
         out["snapshot_update_s"] = statistics.median(updates)
         batch = _timed_batches(spark, opened, 1_000, 20, args.batches, 1_000, new=True)
         out["new20_commit_s"] = batch["commit_s"]
+        opened.quiesce()  # a checkpoint under way would fail as the directory goes
         assert opened.stream_time.value == whole, (opened.stream_time.value, whole)
         assert position is not None
         return out

@@ -104,7 +104,7 @@ def raw_consume(conf, bootstrap: str) -> tuple[int, float, dict[int, int]]:
     """Drain the topic with a plain Consumer (read_committed) up to the end offsets."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from ttl.restore import end_offsets
+    from ttl.changelog.reader import end_offsets
 
     name = conf.kafka.changelog_topic
     ends = end_offsets(KafkaClients(conf.kafka, bootstrap), name)

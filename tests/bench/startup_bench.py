@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from tests.e2e.test_stream_job import produce, write_conf
-from ttl.deploy import jars
+from ttl.jvm import jars
 from ttl.local.kafka import LocalKafka
 from ttl.record import InputRecord
 

@@ -7,7 +7,9 @@ measured seconds.
 
 from __future__ import annotations
 
+import os
 import time
+from datetime import datetime, timezone
 
 import pytest
 
@@ -189,11 +191,20 @@ def test_status_get_scan_and_health_read_the_store_without_spark(spark, kafka, t
     assert took < FAST_S and "SparkContext" not in proc.stderr, (took, proc.stderr)
     assert out["live entries"] == 2 and out["dead letters"] == 1 and out["lease"] == "free"
     assert out["changelog lag (versions)"] == 0 and out["stream time"] == now
+    when = datetime.fromtimestamp(now / 1000, tz=timezone.utc).isoformat(
+        timespec="milliseconds").replace("+00:00", "Z")
     got = ttl("get", "--conf", str(conf_path), "a", timeout=60)
-    assert got.stdout.strip() == f"value=b'1' ts={now} headers=[('h', b'x')]", got.stderr
+    assert got.stdout.strip() == f"a\tvalue=1\tts={now} ({when})\theaders=h=x", got.stderr
+    as_json = ttl("get", "-o", "json", "a", timeout=60,
+                  env={**os.environ, "TTL_CONF": str(conf_path)})
+    assert json.loads(as_json.stdout) == {"key": "a", "value": "1", "ts": now,
+                                          "headers": [["h", "x"]]}, as_json.stderr
+    missing = ttl("get", "--conf", str(conf_path), "nothing-here", timeout=60)
+    assert missing.returncode == 1 and missing.stdout == ""
+    assert "no live entry for key 'nothing-here'" in missing.stderr
     scanned = ttl("scan", "--conf", str(conf_path), "--limit", "5", timeout=60)
-    assert scanned.stdout.splitlines() == [f"b'a': value=b'1' ts={now}",
-                                           f"b'b': value=b'2' ts={now}"], scanned.stderr
+    assert scanned.stdout.splitlines() == [f"a\tvalue=1\tts={now} ({when})\theaders=h=x",
+                                           f"b\tvalue=2\tts={now} ({when})"], scanned.stderr
     healthy = ttl("health", "--conf", str(conf_path), timeout=60)
     assert healthy.returncode == 0 and healthy.stdout.strip() == "healthy"
     no_stream = ttl("health", "--conf", str(conf_path), "--require-stream", timeout=60)
@@ -313,3 +324,19 @@ def test_the_report_renders_in_a_real_browser_from_the_tables_numbers(spark, kaf
                         "> 1 d": 1}
     assert labels("lateness-wall") == [0, 1, 0, 0, 0]                # the sweep: 3 s late
     print(f"report screenshot: {shot}")
+
+
+def test_a_missing_store_is_one_line_naming_the_path_and_the_action(tmp_path):
+    """get, scan and dead-letters on a store.path that holds no table: one `error:` line,
+    exit 2 (no delta-rs traceback)."""
+    missing = tmp_path / "no-store"
+    profile = tmp_path / "p.toml"
+    profile.write_text(f'[store]\nname = "m"\npath = "{missing}"\n[kafka]\n'
+                       'bootstrap_servers = "127.0.0.1:1"\ninput_topic = "i"\n'
+                       f'changelog_topic = "c"\n[stream]\ncheckpoint = "{tmp_path}/cp"\n')
+    for words in (["get", "k"], ["scan"], ["dead-letters"]):
+        proc = ttl(*words, "--conf", str(profile), timeout=60)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1, (words, proc.stderr[-2000:])
+        assert lines[0].startswith("error: no Delta table at ") and str(missing) in lines[0]
+        assert "ttl restore" in lines[0]

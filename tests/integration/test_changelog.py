@@ -28,8 +28,8 @@ from ttl.changelog import topic
 from ttl.changelog.publisher import Publisher, read_progress
 from ttl.clock import FixedClock
 from ttl.config import ChangelogConfig, KafkaConfig, StoreConfig
-from ttl.deploy import jars
 from ttl.errors import PublisherFenced, TopicError
+from ttl.jvm import jars
 from ttl.record import InputRecord
 from ttl.store import DeltaStore
 

@@ -6,7 +6,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from ttl.deploy import class_archive
+from ttl.jvm import class_archive
 from ttl.spark import session_settings
 
 

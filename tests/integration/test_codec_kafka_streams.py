@@ -29,7 +29,7 @@ import pytest
 
 from ttl import codec
 from ttl.codec import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, Header
-from ttl.deploy import jars
+from ttl.jvm import jars
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""``ttl.deploy.log_store``: the session lists local Delta logs with ``FileLogStore``, which
+"""``ttl.jvm.log_store``: the session lists local Delta logs with ``FileLogStore``, which
 returns what Delta's own ``HDFSLogStore`` returns, from any start, on a real table's log."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from deltalake import DeltaTable
 
 from tests.integration.test_eviction import make_store, recs
 from ttl import eviction
-from ttl.deploy import log_store
+from ttl.jvm import log_store
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""``ttl.spark.arrow_batches``: a frame's rows as Arrow batches, in order, a partition at a
+"""``ttl.arrow.arrow_batches``: a frame's rows as Arrow batches, in order, a partition at a
 time (the publisher's change-feed and re-seed reads go through it)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from ttl.spark import arrow_batches
+from ttl.arrow import arrow_batches
 
 pytestmark = pytest.mark.integration
 

@@ -1,11 +1,11 @@
-"""Which class-data archive a local driver maps (``ttl.deploy.class_archive``): pure logic."""
+"""Which class-data archive a local driver maps (``ttl.jvm.class_archive``): pure logic."""
 
 from __future__ import annotations
 
 import pytest
 
 from ttl import spark as spark_settings
-from ttl.deploy import class_archive
+from ttl.jvm import class_archive
 
 
 @pytest.fixture

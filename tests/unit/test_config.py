@@ -167,3 +167,16 @@ def test_the_longest_duration_itself_is_taken():
     # A TTL takes the whole int64 range: expiries saturate (as a record's ttl.ttl does).
     conf = config.from_dict({**MINIMAL, "store": {**MINIMAL["store"], "ttl": 2**63 - 1}})
     assert conf.store.ttl == 2**63 - 1
+
+
+def test_one_rule_says_whether_two_spellings_name_one_location(tmp_path, monkeypatch):
+    from ttl.config import absolute_location, same_location
+
+    monkeypatch.chdir(tmp_path)
+    assert absolute_location("file:/data/x") == "file:/data/x"  # a URI, not a relative path
+    assert absolute_location("data/x") == str(tmp_path / "data" / "x")
+    assert same_location("file:/data/x", "/data//x/")
+    assert same_location("file:///data/x", "/data/x")
+    assert same_location("data/x", str(tmp_path / "data/x"))
+    assert same_location("s3a://b/t/", "s3a://b//t")
+    assert not same_location("s3a://b/t", "s3a://b/u") and not same_location("/a", "/a/b")

@@ -7,7 +7,7 @@ import pytest
 
 from ttl import spark as spark_settings
 from ttl.config import SparkConfig
-from ttl.deploy import class_archive
+from ttl.jvm import class_archive
 
 GC = spark_settings.LOCAL_DRIVER_GC
 JARS = {"spark.jars": "/a.jar"}

@@ -1,11 +1,11 @@
-"""``ttl.deploy.log_store.add_to``: when a session names the local log store (pure logic)."""
+"""``ttl.jvm.log_store.add_to``: when a session names the local log store (pure logic)."""
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
 
-from ttl.deploy import jars, log_store
+from ttl.jvm import jars, log_store
 
 JAR = Path("/cache/ttl-log-store-x.jar")
 

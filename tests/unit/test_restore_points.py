@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ttl.restore import RestoreError, bounded_ends, parse_offsets
+from ttl.changelog.reader import bounded_ends, parse_offsets
+from ttl.errors import RestoreError
 
 MARKS = {0: (0, 100), 1: (5, 40)}
 

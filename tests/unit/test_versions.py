@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from importlib.metadata import version
 
-from ttl.deploy.jars import Versions, _artifact_name, _pom
+from ttl.jvm.jars import Versions, _artifact_name, _pom
 
 
 def test_spark_jars_match_installed_pyspark():

@@ -35,8 +35,10 @@ from dataclasses import dataclass, field, replace
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from ttl import delta_log
+from ttl.arrow import arrow_batches
 from ttl.changelog import continuity
 from ttl.changelog import format as fmt
+from ttl.changelog.reader import convert, end_offsets, latest_per_key, read_topic
 from ttl.clock import Clock, WallClock
 from ttl.config import ChangelogConfig
 from ttl.errors import (
@@ -370,7 +372,6 @@ class Publisher:
         """
         from pyspark.sql import functions as F
 
-        from ttl.restore import convert, end_offsets, latest_per_key, read_topic
         from ttl.store.layout import set_properties
 
         started = time.monotonic()
@@ -561,7 +562,6 @@ def _first_line(exc: BaseException) -> str:
 def _version_runs(frame) -> Iterator[tuple[int, object]]:
     """A frame of ``_changes``'s columns, read in Arrow batches in its order, as runs of
     rows of one version each: ``(version, rows)`` (a version may span several runs)."""
-    from ttl.spark import arrow_batches
 
     for batch in arrow_batches(frame):
         versions = batch.column("_commit_version").to_pylist()

@@ -1,2 +1,3 @@
-"""Shipping the product: the JVM jars it needs (``jars``) and the ``spark-submit`` command
-that runs a job from a profile (``submit``). The manifests and units live in ``deploy/``."""
+"""Shipping the product: the ``spark-submit`` command that runs a job from a profile
+(``submit``) and the training run that builds the class-data archive (``archive_build``).
+The manifests and units live in ``deploy/``; the jars and the archive itself in ``ttl.jvm``."""

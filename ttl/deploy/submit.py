@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 from ttl.config import REPO_ROOT, Config, load
-from ttl.deploy import jars
+from ttl.jvm import jars
 from ttl.spark import LOG4J2, SPARK_DEFAULTS
 
 

@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from ttl.deploy import jars
 from ttl.errors import BrokerError, SetupError
+from ttl.jvm import jars
 from ttl.kafka import JAAS_MODULES, jaas_quote
 from ttl.local.process import die_with_parent, free_port
 

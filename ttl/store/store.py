@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
 from ttl import delta_log
+from ttl.arrow import arrow_batches
 from ttl.clock import (
     Clock,
     ClockKind,
@@ -413,7 +414,6 @@ def _headers(raw) -> Headers:
 def _iterate(frame) -> Iterator[tuple[bytes, ValueTimestampHeaders]]:
     """The frame's entries in key order, read in Arrow batches (``arrow_batches``): a range
     or ``all()`` over a large store streams without a Python ``Row`` per entry."""
-    from ttl.spark import arrow_batches
 
     ordered = frame.select("key", "value", "ts", "headers").orderBy("key")
     for batch in arrow_batches(ordered, prefetch=False):  # callers may stop early

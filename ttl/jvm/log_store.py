@@ -5,7 +5,7 @@ Its store for local paths (``HDFSLogStore``) asks Hadoop for the directory's sta
 stats every file, four per commit: with 30,000 commits a listing took 1.3-1.5 s, where reading
 the directory's names took 0.06 s. A stream with a 2-second trigger writes 43,000 commits a
 day, so a long-running local stream slowed down with the age of its log, not its data.
-``jvm/FileLogStore.java`` lists the names and stats only those at or after the version asked
+``FileLogStore.java`` lists the names and stats only those at or after the version asked
 for (see its comment); writes stay ``HDFSLogStore``'s.
 
 ``ttl setup`` compiles it with the JDK's ``javac`` against the pinned Delta and Hadoop jars;
@@ -25,10 +25,10 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from ttl.deploy import jars
 from ttl.errors import SetupError
+from ttl.jvm import jars
 
-SOURCE = Path(__file__).parent / "jvm" / "FileLogStore.java"
+SOURCE = Path(__file__).parent / "FileLogStore.java"
 CLASS = "ttl.delta.FileLogStore"
 #: The Spark setting that picks Delta's log store for a scheme.
 SETTING = "spark.delta.logStore.file.impl"
