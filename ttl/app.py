@@ -456,7 +456,7 @@ class _DaemonPublisher:
         """The table version the changelog has, measured now: the progress topic and the
         table's version offset read again (this daemon's publisher may be stale: another
         process may have published, or restored the table, since it was made)."""
-        from ttl.changelog.format import version_offset
+        from ttl.changelog.format import table_version
         from ttl.changelog.publisher import published_progress
         from ttl.names import progress_topic
 
@@ -465,7 +465,7 @@ class _DaemonPublisher:
         if progress is None:
             return None
         path = self.app.conf.store.path
-        return progress.version - version_offset(delta_log.properties(self.app.spark, path))
+        return table_version(progress.version, delta_log.properties(self.app.spark, path))
 
     def close(self) -> None:
         if self.publisher is not None:

@@ -445,6 +445,25 @@ def upgrade_cmd(conf_path: Path, rollback: bool) -> None:
     click.echo(app.upgrade(_app(conf_path), rollback))
 
 
+@main.command("submit", context_settings={"ignore_unknown_options": True})
+@CONF
+@click.option("--print", "print_only", is_flag=True, help="Print the command; run nothing.")
+@click.option("--packages", "packages_flag", is_flag=True,
+              help="Maven coordinates (--packages) instead of the local jar bundle.")
+@click.option("--deploy-mode", type=click.Choice(["client", "cluster"]), default="client",
+              show_default=True, help="spark-submit's deploy mode.")
+@click.argument("job", type=click.Path(path_type=Path))
+@click.argument("job_args", nargs=-1, type=click.UNPROCESSED)
+def submit_cmd(conf_path: Path, print_only: bool, packages_flag: bool, deploy_mode: str,
+               job: Path, job_args: tuple[str, ...]) -> None:
+    """Run a job (jobs/stream.py, evict.py, drill.py, restore.py) with spark-submit, from the
+    profile: master, settings, jars, the ttl wheel; arguments after -- go to the job."""
+    from ttl.deploy.submit import submit
+
+    sys.exit(submit(conf_path, job, list(job_args), print_only=print_only,
+                    packages_flag=packages_flag, deploy_mode=deploy_mode))
+
+
 def run() -> None:
     """Entry point that turns engine errors into one readable line and exit code 2."""
     try:

@@ -80,17 +80,30 @@ class StreamTime:
         return self._value
 
 
-def stream_time_floor(properties: dict[str, str]) -> tuple[int | None, int | None]:
+def stream_time_floor(properties: dict[str, str], latest_version: int | None = None
+                      ) -> tuple[int | None, int | None]:
     """A store table's stream-time floor and the version it covers, from its properties.
 
     The rule: stream time is the maximum of the floor and of the stream time recorded by
     every commit after the covered version (``None``: no version is covered, every commit
-    still in the log counts). A floor without a covered version (written by an engine
-    before the version was kept) is still a lower bound, but covers nothing."""
+    still in the log counts), and of the changelog's progress (``recovered_stream_time``). A
+    floor without a covered version (written by an engine before the version was kept) is
+    still a lower bound, but covers nothing; so does one whose covered version is past the
+    table's ``latest_version`` (a floor copied from another table's log with its
+    properties)."""
     floor = properties.get(PROP_STREAM_TIME_FLOOR)
     through = properties.get(PROP_STREAM_TIME_THROUGH)
-    return (int(floor) if floor else None,
-            int(through) if floor and through else None)
+    through = int(through) if floor and through else None
+    if through is not None and latest_version is not None and through > latest_version:
+        through = None
+    return (int(floor) if floor else None, through)
+
+
+def recovered_stream_time(*found: int | str | None) -> int | None:
+    """Stream time as recovered: the largest of what was found (the floor, commits' recorded
+    stream times, the changelog's progress), never one of them alone."""
+    values = [int(v) for v in found if v is not None]
+    return max(values) if values else None
 
 
 def batch_clock(kind: ClockKind, wall_ms: int, stream_time: int | None) -> int:

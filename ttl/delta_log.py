@@ -1,10 +1,13 @@
-"""The one reader of a table's Delta log: versions, commits and their engine metadata, table
-properties, and the conflicts Delta's optimistic concurrency raises (with the retry helper).
+"""The one reader of a table's Delta log through Spark: versions, commits and their engine
+metadata, table properties, and the conflicts Delta's optimistic concurrency raises (with the
+retry helper).
 
 Why one module: the log is read for different reasons (the publisher's metadata, stream time
-recovery, a sweep's outcome, status, restore's resume point) and each used to do it its own
-way. Here every read has one implementation, so making one cheaper (issue: the hot path) or
-correct under log retention is one change. No other module calls ``history()``.
+recovery, a sweep's outcome, restore's resume point) and each used to do it its own way. Here
+every Spark read has one implementation, so making one cheaper or correct under log retention
+is one change. The commands that run without Spark (``ttl.status``, ``ttl.report``) read the
+log with delta-rs instead; the rules they apply to what they read (stream time, the engine's
+commit metadata) are the same functions (``ttl.clock``, ``ttl.commit``).
 
 Commits made by the engine carry a JSON ``userMetadata`` document (``ttl.commit``);
 ``Commit.metadata`` is that document, or ``None`` for a commit made by anyone else (an
@@ -20,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from ttl import commit
-from ttl.clock import stream_time_floor
+from ttl.clock import recovered_stream_time, stream_time_floor
 
 log = logging.getLogger(__name__)
 
@@ -382,11 +385,9 @@ def stream_time(spark, path: str, props: dict[str, str] | None = None) -> int | 
     """The table's stream time by ``clock.stream_time_floor``'s rule: its floor property
     and the commits after the version the floor covers (every commit still in the log when
     it covers none). ``props``: the table's properties, if already read."""
-    floor, through = stream_time_floor(properties(spark, path) if props is None else props)
-    if through is not None and through > latest_version(spark, path):
-        through = None  # another log's versions (a table cloned with its properties)
-    found = [v for v in (max_stream_time(spark, path, through), floor) if v is not None]
-    return max(found) if found else None
+    floor, through = stream_time_floor(properties(spark, path) if props is None else props,
+                                       latest_version(spark, path))
+    return recovered_stream_time(max_stream_time(spark, path, through), floor)
 
 
 def properties(spark, path: str) -> dict[str, str]:

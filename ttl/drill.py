@@ -179,9 +179,9 @@ def _remove_scratch(spark, scratch: str) -> list[str]:
 def _table_version(spark, path: str, changelog_version: int) -> int:
     """The live table's Delta version of a changelog version (its version offset off)."""
     from ttl import delta_log
-    from ttl.changelog.format import version_offset
+    from ttl.changelog.format import table_version
 
-    return changelog_version - version_offset(delta_log.properties(spark, path))
+    return table_version(changelog_version, delta_log.properties(spark, path))
 
 
 def _retention_warning(settings: dict[str, str], report: DrillReport) -> list[str]:

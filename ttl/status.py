@@ -22,8 +22,8 @@ import pyarrow.compute as pc
 
 from ttl import commit
 from ttl.changelog import continuity
-from ttl.changelog.format import version_offset
-from ttl.clock import batch_clock, stream_time_floor, wall_ms_or_now
+from ttl.changelog.format import table_version
+from ttl.clock import batch_clock, recovered_stream_time, stream_time_floor, wall_ms_or_now
 from ttl.config import Config
 from ttl.errors import ScanBlocked, StoreMissing
 from ttl.lease import LEASE_ID
@@ -36,6 +36,9 @@ from ttl.names import (
 from ttl.record import Headers
 from ttl.store import lookup
 from ttl.store.layout import key_hashes
+
+#: The status's raw values that its human lines fold into sentences (``to_json`` reads them).
+_RAW = "_raw"
 
 #: Commits read back at least, for the last sweep (newest first).
 HISTORY = 200
@@ -122,7 +125,7 @@ class StoreView:
     def open(cls, conf: Config) -> StoreView:
         table = open_table(conf.store.path)
         version, properties = table.version(), dict(table.metadata().configuration)
-        through = stream_time_floor(properties)[1]
+        through = stream_time_floor(properties, version)[1]
         # The commits the stream-time rule needs (those after the floor's version; all of
         # them on a table whose floor covers none yet), and at least the last HISTORY.
         limit = None if through is None else max(HISTORY, version - through)
@@ -137,12 +140,10 @@ class StoreView:
     def stream_time(self, changelog: int | None = None) -> int | None:
         """As the engine recovers it (``clock.stream_time_floor``): the floor property, the
         commits after the version it covers, and the changelog's progress."""
-        floor, through = stream_time_floor(self.properties)
-        found = [m.get("stream_time") for c, m in self.engine_commits()
-                 if through is None or c["version"] > through]
-        found += [floor, changelog]
-        found = [int(v) for v in found if v is not None]
-        return max(found) if found else None
+        floor, through = stream_time_floor(self.properties, self.version)
+        return recovered_stream_time(floor, changelog, *(
+            m.get("stream_time") for c, m in self.engine_commits()
+            if through is None or c["version"] > through))
 
     def last_sweep(self) -> dict | None:
         for c, meta in self.engine_commits():
@@ -197,6 +198,8 @@ def status(conf: Config, kafka=None, *, wall_ms: int | None = None) -> dict[str,
         "stream time": stream_time, "last sweep": view.last_sweep(), "dead letters": dead,
         "lease": lease(conf, wall),
     }
+    out[_RAW] = {"clock": conf.eviction.clock, "now_ms": now,
+                 "lease": lease_holder(conf, wall)}
     if progress is None:
         out["changelog lag (versions)"] = ("unknown (embedded broker not running)"
                                            if kafka is None else NO_PROGRESS_TOPIC)
@@ -211,7 +214,7 @@ def status(conf: Config, kafka=None, *, wall_ms: int | None = None) -> dict[str,
     if why is not None:
         out["changelog lag (versions)"] = f"unknown: {why}"
         return out
-    published = progress.version - version_offset(view.properties)  # a Delta version
+    published = table_version(progress.version, view.properties)  # a Delta version
     out["published version"] = published
     out["changelog lag (versions)"] = max(0, view.version - published)
     if published >= view.version:
@@ -233,20 +236,26 @@ def _count(path: str) -> int:
     return query({"t": _table(path)}, "SELECT count(*) AS n FROM t").to_pylist()[0]["n"]
 
 
-def lease(conf: Config, wall_ms: int) -> str:
-    """``free``, or who holds the lease live and until when (epoch ms)."""
+def lease_holder(conf: Config, wall_ms: int) -> tuple[str, int] | None:
+    """Who holds the lease live and until when (epoch ms), or ``None`` when it is free."""
     from deltalake import DeltaTable
 
     path = sibling(conf.store.path, LEASE_SUFFIX)
     if not DeltaTable.is_deltatable(path):
-        return "free"  # nobody ever held it
+        return None  # nobody ever held it
     # The SQL path: a lease table made before it stopped declaring deletion vectors
     # still reads.
     rows = query({"lease": _table(path)}, "SELECT * FROM lease").to_pylist()
     for row in rows:
         if row["id"] == LEASE_ID and row["owner"] and row["expires_at"] > wall_ms:
-            return f"{row['holder']} until {row['expires_at']}"
-    return "free"
+            return row["holder"], row["expires_at"]
+    return None
+
+
+def lease(conf: Config, wall_ms: int) -> str:
+    """``free``, or who holds the lease live and until when (epoch ms)."""
+    held = lease_holder(conf, wall_ms)
+    return "free" if held is None else f"{held[0]} until {held[1]}"
 
 
 def get(conf: Config, key: bytes, *, wall_ms: int | None = None) -> dict | None:
@@ -339,14 +348,48 @@ def health(conf: Config, kafka=None, *, require_stream: bool = False,
     return Health(not reasons, reasons)
 
 
+#: ``ttl status --json``: each human label's key, for machines (snake case, units named).
+JSON_KEYS = {
+    "store": "store", "table": "table", "table version": "table_version",
+    "live entries": "live_entries", "expired, not yet swept": "expired_not_swept",
+    "stream time": "stream_time_ms", "last sweep": "last_sweep", "dead letters": "dead_letters",
+    "published version": "published_version",
+    "changelog lag (versions)": "changelog_lag_versions",
+    "changelog lag (seconds)": "changelog_lag_seconds",
+}
+
+
+def machine(out: dict[str, object]) -> dict[str, object]:
+    """The status for machines: snake-case keys, every figure a number or null (never a
+    sentence), and why a figure is null under ``unknown`` (e.g. the changelog lag while the
+    brokers are unreachable)."""
+    raw = out.get(_RAW, {})
+    doc: dict[str, object] = {"clock": raw.get("clock"), "now_ms": raw.get("now_ms")}
+    unknown: dict[str, str] = {}
+    for label, key in JSON_KEYS.items():
+        if label not in out:
+            continue
+        value = out[label]
+        if isinstance(value, str) and key not in ("store", "table"):
+            unknown[key] = value.removeprefix("unknown").strip(" :()") or "unknown"
+            value = None
+        doc[key] = value
+    held = raw.get("lease")
+    doc["lease"] = None if held is None else {"holder": held[0], "until_ms": held[1]}
+    doc["unknown"] = unknown
+    return doc
+
+
 def to_json(out: dict[str, object]) -> str:
-    return json.dumps(out, sort_keys=True, default=str)
+    return json.dumps(machine(out), sort_keys=True, default=str)
 
 
 def human(out: dict[str, object]) -> list[str]:
     """One aligned line per field; the last sweep as a sentence, not a dict."""
     lines = []
     for key, value in out.items():
+        if key == _RAW:
+            continue
         if key == "last sweep" and isinstance(value, dict):
             value = (f"version {value['version']}: {value['clock']} clock at T={value['t']}, "
                      f"evicted {value['evicted']}, at {value['at']}")

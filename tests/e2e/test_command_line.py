@@ -189,8 +189,9 @@ def test_status_get_scan_and_health_read_the_store_without_spark(spark, kafka, t
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     assert took < FAST_S and "SparkContext" not in proc.stderr, (took, proc.stderr)
-    assert out["live entries"] == 2 and out["dead letters"] == 1 and out["lease"] == "free"
-    assert out["changelog lag (versions)"] == 0 and out["stream time"] == now
+    assert out["live_entries"] == 2 and out["dead_letters"] == 1 and out["lease"] is None
+    assert out["changelog_lag_versions"] == 0 and out["stream_time_ms"] == now
+    assert out["clock"] == "wall" and isinstance(out["now_ms"], int) and out["unknown"] == {}
     when = datetime.fromtimestamp(now / 1000, tz=timezone.utc).isoformat(
         timespec="milliseconds").replace("+00:00", "Z")
     got = ttl("get", "--conf", str(conf_path), "a", timeout=60)

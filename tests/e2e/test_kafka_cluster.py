@@ -8,7 +8,6 @@ import os
 import secrets
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -217,7 +216,7 @@ def test_sasl_job_and_drill_authenticate_and_never_reveal_the_password(spark, sa
     assert drill.returncode == 0, drill.stdout[-3000:] + drill.stderr[-5000:]
     assert "drill MATCH" in drill.stdout
     printed = subprocess.run(
-        [sys.executable, "-m", "ttl.deploy.submit", "--print", "--conf", str(conf_path),
+        [TTL_BIN, "submit", "--print", "--conf", str(conf_path),
          "jobs/stream.py"], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT,
         env={**os.environ, **SASL_ENV})
     assert printed.returncode == 0, printed.stderr[-3000:]

@@ -55,6 +55,12 @@ def version_offset(properties: dict[str, str]) -> int:
     return int(properties.get(PROP_VERSION_OFFSET) or 0)
 
 
+def table_version(changelog_version: int, properties: dict[str, str]) -> int:
+    """The table's Delta version that a changelog version (``ttl.version``) stands for: the
+    one conversion, for the progress's version and the records' alike."""
+    return changelog_version - version_offset(properties)
+
+
 def _num(value: int | None) -> bytes:
     return b"none" if value is None else str(value).encode("ascii")
 

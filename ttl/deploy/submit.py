@@ -1,7 +1,9 @@
 """Build the ``spark-submit`` command for a job from a configuration profile.
 
-    deploy/submit --conf conf/local.toml jobs/stream.py -- --available-now
-    deploy/submit --print --conf conf/cluster.example.toml jobs/drill.py
+    ttl submit --conf conf/local.toml jobs/stream.py -- --available-now
+    ttl submit --print --conf conf/cluster.example.toml jobs/drill.py
+
+(``deploy/submit`` is the same command, for scripts written before ``ttl submit``.)
 
 What it puts together:
 
@@ -18,7 +20,6 @@ What it puts together:
 
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 import subprocess
@@ -81,29 +82,19 @@ def command(conf_path: Path, job: Path, job_args: list[str], *, packages_flag: b
     return cmd
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="deploy/submit", description=__doc__.splitlines()[0])
-    parser.add_argument("--conf", type=Path, default=Path("conf/local.toml"))
-    parser.add_argument("--print", action="store_true", help="Print the command, run nothing.")
-    parser.add_argument("--packages", action="store_true",
-                        help="Use --packages coordinates instead of the local jar bundle.")
-    parser.add_argument("--deploy-mode", default="client", choices=["client", "cluster"])
-    parser.add_argument("job", type=Path)
-    parser.add_argument("job_args", nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
-    job_args = [a for a in args.job_args if a != "--"]
-    wheel = None if args.print else build_wheel(REPO_ROOT / "build" / "dist")
-    cmd = command(args.conf, args.job, job_args, packages_flag=args.packages,
+def submit(conf_path: Path, job: Path, job_args: list[str], *, print_only: bool = False,
+           packages_flag: bool = False, deploy_mode: str = "client") -> int:
+    """Run (or, with ``print_only``, print) the job's ``spark-submit`` command: ``ttl
+    submit``. Returns spark-submit's exit code."""
+    job_args = [a for a in job_args if a != "--"]
+    wheel = None if print_only else build_wheel(REPO_ROOT / "build" / "dist")
+    cmd = command(conf_path, job, job_args, packages_flag=packages_flag,
                   wheel=wheel or REPO_ROOT / "build" / "dist" / "ttl-<version>.whl",
-                  deploy_mode=args.deploy_mode)
-    if args.print:
+                  deploy_mode=deploy_mode)
+    if print_only:
         print(shlex.join(cmd))
         return 0
     venv_bin = str(Path(sys.executable).parent)
     env = {**os.environ, "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
            "PYSPARK_PYTHON": sys.executable}
     return subprocess.call(cmd, env=env)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

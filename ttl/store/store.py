@@ -123,8 +123,8 @@ class DeltaStore:
         self.stream_time = StreamTime(self.recover_stream_time())
         # (the version the table's floor covers, monotonic s); none, or one from another
         # log (a copy that kept the properties: ``delta_log.stream_time``): -1
-        through = stream_time_floor(self.properties)[1]
-        if through is None or through > opened_at:
+        through = stream_time_floor(self.properties, opened_at)[1]
+        if through is None:
             through = -1
         self._floor_raised: tuple[int, float] = (through, time.monotonic())
         self.expiry_floor = ExpiryFloor()  # shared with for_thread twins: one table
