@@ -156,10 +156,10 @@ def _app(conf_path: Path, bootstrap: str | None = None, *, one_shot: bool = True
               help="Embedded demo: feed sample input, run this many seconds, print a summary.")
 def run_cmd(conf_path: Path, available_now: bool, demo_seconds: int | None) -> None:
     """Run the streaming job (Kafka in, store, eviction, changelog out)."""
-    from ttl import app, config
+    from ttl import commands, config
 
-    click.echo(app.run(config.load(conf_path), available_now=available_now,
-                       demo_seconds=demo_seconds))
+    click.echo(commands.run(config.load(conf_path), available_now=available_now,
+                           demo_seconds=demo_seconds))
 
 
 @main.command("produce-sample")
@@ -195,9 +195,9 @@ def produce_sample(conf_path: Path, bootstrap: str | None, keys: int, records: i
 def evict(conf_path: Path, clock: str, now_ms: int | None, dry_run: bool,
           proposed_ttl: str | None) -> None:
     """Run one sweep (skips, exit 0, while a stream owns the table)."""
-    from ttl import app
+    from ttl import commands
 
-    click.echo(app.evict(_app(conf_path), clock, now_ms, dry_run, proposed_ttl))
+    click.echo(commands.evict(_app(conf_path), clock, now_ms, dry_run, proposed_ttl))
 
 
 @main.command()
@@ -207,9 +207,9 @@ def evict(conf_path: Path, clock: str, now_ms: int | None, dry_run: bool,
 @click.option("--dry-run", is_flag=True, help="Say what the new TTL would evict; change nothing.")
 def alter(conf_path: Path, new_ttl: str, dry_run: bool) -> None:
     """Change the store TTL: recompute expires_at in one commit (published)."""
-    from ttl import app
+    from ttl import commands
 
-    click.echo(app.alter(_app(conf_path), new_ttl, dry_run))
+    click.echo(commands.alter(_app(conf_path), new_ttl, dry_run))
 
 
 @main.command()
@@ -218,10 +218,10 @@ def alter(conf_path: Path, new_ttl: str, dry_run: bool) -> None:
 def status(conf_path: Path, as_json: bool) -> None:
     """Entries, expired-not-swept, stream time, last sweep, changelog lag, dead letters,
     lease (read without Spark: about a second)."""
-    from ttl import app
+    from ttl import commands
     from ttl import status as status_mod
 
-    out = app.status(_app(conf_path))
+    out = commands.status(_app(conf_path))
     click.echo(status_mod.to_json(out) if as_json else "\n".join(status_mod.human(out)))
 
 
@@ -248,9 +248,9 @@ def report(conf_path: Path, out_dir: Path) -> None:
               help="Unhealthy also when no stream holds the store's lease.")
 def health(conf_path: Path, require_stream: bool) -> None:
     """Exit 0 if the store reads and the changelog keeps up (for probes), else exit 1."""
-    from ttl import app
+    from ttl import commands
 
-    result = app.health(_app(conf_path), require_stream)
+    result = commands.health(_app(conf_path), require_stream)
     click.echo(result.line())
     sys.exit(0 if result.ok else 1)
 
@@ -259,9 +259,9 @@ def health(conf_path: Path, require_stream: bool) -> None:
 @CONF
 def schedule_cmd(conf_path: Path) -> None:
     """Run wall-clock sweeps and maintenance on their schedule until SIGTERM."""
-    from ttl import app
+    from ttl import commands
 
-    app.schedule_daemon(_app(conf_path, one_shot=False))
+    commands.schedule_daemon(_app(conf_path, one_shot=False))
 
 
 @main.group()
@@ -274,9 +274,9 @@ def topic() -> None:
 @BOOTSTRAP
 def topic_create(conf_path: Path, bootstrap: str | None) -> None:
     """Create the changelog and progress topics if missing."""
-    from ttl import app
+    from ttl import commands
 
-    created = app.create_topics(_app(conf_path, bootstrap))
+    created = commands.create_topics(_app(conf_path, bootstrap))
     click.echo(f"created: {', '.join(created) or 'nothing (topics exist)'}")
 
 
@@ -285,9 +285,9 @@ def topic_create(conf_path: Path, bootstrap: str | None) -> None:
 @BOOTSTRAP
 def topic_check(conf_path: Path, bootstrap: str | None) -> None:
     """Check the changelog topics against the rules (exit 2 naming a broken setting)."""
-    from ttl import app
+    from ttl import commands
 
-    state = app.check_topics(_app(conf_path, bootstrap))
+    state = commands.check_topics(_app(conf_path, bootstrap))
     click.echo(f"{state.name}: ok ({state.partitions} partitions, "
                f"cleanup.policy={state.settings.get('cleanup.policy')})")
 
@@ -390,9 +390,9 @@ def dead_letters_replay(ctx: click.Context, conf_path: Path | None, reason: str,
                    "of unpublished versions is gone).")
 def publish_cmd(conf_path: Path, bootstrap: str | None, reseed: bool) -> None:
     """Publish the changelog up to the table's version (skips while a stream owns it)."""
-    from ttl import app
+    from ttl import commands
 
-    click.echo(app.publish(_app(conf_path, bootstrap), reseed=reseed))
+    click.echo(commands.publish(_app(conf_path, bootstrap), reseed=reseed))
 
 
 @main.command("restore")
@@ -409,10 +409,10 @@ def restore_cmd(conf_path: Path, bootstrap: str | None, target: str | None,
                 until_version: int | None, until_offsets: str | None, converter: str,
                 source_topic: str | None) -> None:
     """Rebuild the table from the changelog (one commit), then sweep and publish."""
-    from ttl import app
+    from ttl import commands
     from ttl.changelog.reader import parse_offsets
 
-    click.echo(app.restore(
+    click.echo(commands.restore(
         _app(conf_path, bootstrap), target=target, until_version=until_version,
         converter=converter, source_topic=source_topic,
         until_offsets=parse_offsets(until_offsets) if until_offsets else None))
@@ -427,9 +427,9 @@ def restore_cmd(conf_path: Path, bootstrap: str | None, target: str | None,
 def drill_cmd(conf_path: Path, bootstrap: str | None, report: Path | None,
               source_topic: str | None) -> None:
     """Restore into scratch and diff with the table; exit 0 only on an exact match."""
-    from ttl import app
+    from ttl import commands
 
-    result = app.drill(_app(conf_path, bootstrap), report, source_topic)
+    result = commands.drill(_app(conf_path, bootstrap), report, source_topic)
     click.echo(result.summary())
     if not result.match:
         sys.exit(1)
@@ -440,9 +440,9 @@ def drill_cmd(conf_path: Path, bootstrap: str | None, report: Path | None,
 @click.option("--rollback", is_flag=True, help="Undo a (half-done) in-place upgrade.")
 def upgrade_cmd(conf_path: Path, rollback: bool) -> None:
     """Upgrade a v1/v2 table to format v3 in place (resumable), or roll it back."""
-    from ttl import app
+    from ttl import commands
 
-    click.echo(app.upgrade(_app(conf_path), rollback))
+    click.echo(commands.upgrade(_app(conf_path), rollback))
 
 
 @main.command("submit", context_settings={"ignore_unknown_options": True})

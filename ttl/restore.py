@@ -16,7 +16,7 @@
 3. **Writing.** One overwrite commit (a new table, or a new version of an existing one whose
    previous version stays reachable by time travel), whose metadata records the topic, end
    offsets, last ``ttl.version``, stream time and the input offsets to resume from.
-4. For disaster recovery (``finish_recovery``, run by ``ttl.app.restore`` into the store's
+4. For disaster recovery (``finish_recovery``, run by ``ttl.commands.restore`` into the store's
    own table) a sweep follows (entries that expired meanwhile leave with tombstones), and
    the publisher's progress moves to the restore's version: the restored state is already
    on the topic, and only changes after it are published.

@@ -13,7 +13,7 @@ import pytest
 
 from tests.e2e.test_stream_job import _consume_everything, produce, table_rows, ttl, write_conf
 from tests.support import clients, rebuild_from_changelog
-from ttl import app, delta_log
+from ttl import commands, delta_log
 from ttl.app import App
 from ttl.config import load
 from ttl.errors import StoreMissing
@@ -49,17 +49,17 @@ def test_a_lost_store_directory_is_refused_by_every_command_until_restored(
     now = int(time.time() * 1000)
     first = records(now, 0, 60)
     produce(kafka, conf_path, first)
-    app.run(conf, available_now=True)
+    commands.run(conf, available_now=True)
     shutil.rmtree(conf.store.path)                                  # the loss
     later = records(now, 100, 5, keys=5)
     produce(kafka, conf_path, later)
     with pytest.raises(StoreMissing, match="holds versions up to .*ttl restore"):
-        app.run(conf, available_now=True)
+        commands.run(conf, available_now=True)
     with pytest.raises(StoreMissing, match="no store table"):
-        app.evict(App(conf, spark=spark), "wall", None, dry_run=True)
+        commands.evict(App(conf, spark=spark), "wall", None, dry_run=True)
     assert not Path(conf.store.path).exists()                       # nothing created
-    app.restore(App(conf, spark=spark))
-    app.run(conf, available_now=True)
+    commands.restore(App(conf, spark=spark))
+    commands.run(conf, available_now=True)
     expected = model_of(first, later, now=now)
     assert table_rows(spark, conf.store.path) == expected           # nothing lost
     rebuilt = rebuild_from_changelog(_consume_everything(kafka, conf.kafka.changelog_topic))
@@ -82,25 +82,25 @@ def test_a_checkpoint_from_before_a_restore_is_refused_not_resumed_past_the_tabl
     now = int(time.time() * 1000)
     first, later = records(now, 0, 30), records(now, 30, 20)
     produce(kafka, conf_path, first)
-    app.run(conf, available_now=True)
+    commands.run(conf, available_now=True)
     point = read_progress(clients(conf, kafka), progress_topic(conf.kafka.changelog_topic))
     produce(kafka, conf_path, later)
-    app.run(conf, available_now=True)
+    commands.run(conf, available_now=True)
     shutil.rmtree(conf.store.path)                                  # the loss
     new = str(tmp_path / "restored")
-    app.restore(App(conf, spark=spark), target=new, until_version=point.version)
+    commands.restore(App(conf, spark=spark), target=new, until_version=point.version)
     conf_path.write_text(conf_path.read_text().replace(f'path = "{conf.store.path}"',
                                                        f'path = "{new}"'))
     conf = load(conf_path)                                          # pointed at NEW
     with pytest.raises(ReseedRequired):
-        app.run(conf, available_now=True)
-    app.publish(App(conf, spark=spark), reseed=True)
+        commands.run(conf, available_now=True)
+    commands.publish(App(conf, spark=spark), reseed=True)
     version = delta_log.latest_version(spark, new)
     with pytest.raises(CheckpointAhead, match="records no input position"):
-        app.run(conf, available_now=True)
+        commands.run(conf, available_now=True)
     assert delta_log.latest_version(spark, new) == version          # nothing written
     shutil.move(conf.stream.checkpoint, tmp_path / "old-checkpoint")  # the named action
-    app.run(conf, available_now=True)
+    commands.run(conf, available_now=True)
     expected = model_of(first, later, now=now)
     assert table_rows(spark, new) == expected                       # the 20 keys arrived
     rebuilt = rebuild_from_changelog(_consume_everything(kafka, conf.kafka.changelog_topic))

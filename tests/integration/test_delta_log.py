@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.test_eviction import make_store, recs
-from ttl import app, commit, delta_log, eviction
+from ttl import app, commands, commit, delta_log, eviction
 from ttl.clock import FixedClock
 from ttl.config import from_dict
 from ttl.names import OP_SWEEP
@@ -76,7 +76,7 @@ def test_status_reports_entries_sweeps_lease_and_dead_letters(spark, table_path)
     eviction.sweep(store, "wall")  # removes "gone" (expired at NOW + 200)
     wall.set(NOW + 800)  # "due" expired at NOW + 700, not swept yet
     runtime = app.App(conf, spark=spark, wall_clock=store.wall_clock)
-    out = app.status(runtime)
+    out = commands.status(runtime)
     assert out["live entries"] == 1 and out["expired, not yet swept"] == 1
     assert out["dead letters"] == 1 and out["lease"] == "free"
     assert out["stream time"] == NOW

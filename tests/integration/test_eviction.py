@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from tests.support import clients, consume_all, rebuild_from_changelog, retrying, wait_until
-from ttl import app, delta_log, eviction, schedule
+from ttl import commands, delta_log, eviction, schedule
 from ttl.app import App
 from ttl.changelog import topic
 from ttl.changelog.publisher import Publisher
@@ -353,7 +353,7 @@ def test_alter_through_the_app_publishes_the_recomputed_expiry(spark, kafka, tab
     topic.create(clients(conf, kafka), conf.changelog)
     make_store(spark, table_path, ttl=60_000).apply_records(recs((b"a", b"v", NOW)))
     runtime = App(conf, spark=spark, wall_clock=FixedClock(NOW))
-    text = app.alter(runtime, "2m", dry_run=False)
+    text = commands.alter(runtime, "2m", dry_run=False)
     assert "-> 120000 ms" in text and "changelog: published 2 records" in text, text
     msgs = consume_all(kafka.bootstrap_servers, name, 2)
     assert [m.key() for m in msgs] == [b"a", b"a"]  # the put, then its new expiry's version
@@ -406,10 +406,10 @@ def test_alter_leaves_an_expired_entry_expired_and_publishes_nothing_for_it(
     store.apply_records(recs((b"gone", b"old", NOW - 25_000), (b"live", b"v", NOW - 5_000)))
     assert store.get(b"gone") == b"old"  # live when written, expired at NOW
     runtime = App(conf, spark=spark, wall_clock=FixedClock(NOW))
-    preview = app.alter(runtime, "1h", dry_run=True)
+    preview = commands.alter(runtime, "1h", dry_run=True)
     assert "evicts now: 0; entries already expired, which stay expired" in preview, preview
     assert preview.rstrip().endswith(": 1"), preview
-    text = app.alter(runtime, "1h", dry_run=False)
+    text = commands.alter(runtime, "1h", dry_run=False)
     assert "changelog: published 3 records" in text, text  # 2 puts, then live's new expiry
     reopened = DeltaStore(spark, StoreConfig(name="ev", path=table_path, ttl=3_600_000),
                           wall_clock=FixedClock(NOW))

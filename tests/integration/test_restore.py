@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.support import clients, operator_sql, retrying, run_concurrently
-from ttl import app, delta_log, drill, eviction
+from ttl import app, commands, delta_log, drill, eviction
 from ttl.changelog import topic
 from ttl.changelog.publisher import Publisher, read_progress
 from ttl.clock import FixedClock
@@ -173,7 +173,7 @@ def test_disaster_recovery_restores_sweeps_expired_entries_and_keeps_stream_time
     import shutil
     shutil.rmtree(conf.store.path)                                # the disaster
     later = FixedClock(now + 1_800_000)  # 30 min later: "old" (expires now + 10 min) is due
-    text = app.restore(app.App(conf, bootstrap=kafka.bootstrap_servers, spark=spark,
+    text = commands.restore(app.App(conf, bootstrap=kafka.bootstrap_servers, spark=spark,
                                wall_clock=later))
     assert "restore done" in text, text
     restored = DeltaStore(spark, conf.store)
@@ -356,7 +356,7 @@ def test_a_restore_into_the_store_publishes_unpublished_versions_first(spark, ka
     publisher.close()
     store.apply_records([InputRecord(b"unpublished", b"v", NOW, (), 0, 1)],
                         metadata={"input_offsets": {"0": 2}})       # then the crash
-    text = app.restore(app.App(conf, bootstrap=kafka.bootstrap_servers, spark=spark,
+    text = commands.restore(app.App(conf, bootstrap=kafka.bootstrap_servers, spark=spark,
                                wall_clock=FixedClock(NOW)))
     assert "restore done" in text, text
     restored = DeltaStore(spark, conf.store, wall_clock=FixedClock(NOW))
@@ -381,7 +381,7 @@ def test_a_restore_the_changelog_could_not_rebuild_is_refused_for_the_store(
                                              config={"cleanup.policy": "compact"}),
                "converter": "plain"} if partial == "foreign topic" else {"until_version": 0})
     with pytest.raises(RestoreError, match="--target") as refused:
-        app.restore(app.App(conf, bootstrap=kafka.bootstrap_servers, spark=spark), **kwargs)
+        commands.restore(app.App(conf, bootstrap=kafka.bootstrap_servers, spark=spark), **kwargs)
     assert ("--topic" if partial == "foreign topic" else "--until-version") in str(refused.value)
     assert delta_log.latest_version(spark, conf.store.path) == before
 
@@ -485,12 +485,12 @@ def test_versions_on_the_changelog_never_go_back_after_a_restore_into_a_new_tabl
     old_max = publisher.progress.version
     if into == "a new path":
         target = str(tmp_path / "rebuilt")
-        app.restore(app.App(conf, bootstrap=kafka.bootstrap_servers, spark=spark,
+        commands.restore(app.App(conf, bootstrap=kafka.bootstrap_servers, spark=spark,
                             wall_clock=FixedClock(NOW)), target=target)
         conf = conf.model_copy(update={"store": conf.store.model_copy(update={"path": target})})
     else:
         shutil.rmtree(conf.store.path)                            # the disaster
-        app.restore(app.App(conf, bootstrap=kafka.bootstrap_servers, spark=spark,
+        commands.restore(app.App(conf, bootstrap=kafka.bootstrap_servers, spark=spark,
                             wall_clock=FixedClock(NOW)))
     rebuilt = DeltaStore(spark, conf.store, wall_clock=FixedClock(NOW))
     assert delta_log.latest_version(spark, conf.store.path) < old_max  # Delta starts again

@@ -57,8 +57,9 @@ def test_a_table_created_again_at_the_path_is_refused_and_unhealthy_not_lag_0(
     the table the changelog does not continue."""
     import shutil
 
-    from ttl.app import App, restore
+    from ttl.app import App
     from ttl.changelog.publisher import Publisher
+    from ttl.commands import restore
     from ttl.errors import ChangelogMismatch, RestoreError
 
     _, conf = profile("recreated", kafka, tmp_path)

@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.support import clients
-from ttl import upgrade
+from ttl import app, commands, upgrade
 from ttl.clock import FixedClock
 from ttl.config import from_dict
 from ttl.errors import LayoutError
@@ -137,7 +137,8 @@ def test_upgrade_of_a_v3_store_gives_it_the_configured_layout_and_publishes_noth
                              for i in range(batch * 400, batch * 400 + 400)])
     entries = store.entries()
     before = delta_log.latest_version(spark, table_path)
-    said = app.upgrade(app.App(conf, spark=spark, wall_clock=FixedClock(NOW)), rollback=False)
+    said = commands.upgrade(app.App(conf, spark=spark, wall_clock=FixedClock(NOW)),
+                            rollback=False)
     assert "already format v3" in said and "ordered by key_hash" in said, said
     files = pa.table(DeltaTable(table_path).get_add_actions(flatten=True))
     assert files.num_rows > 3
@@ -153,12 +154,10 @@ def test_upgrade_of_a_v3_store_gives_it_the_configured_layout_and_publishes_noth
 def test_ttl_upgrade_of_a_legacy_table_can_still_be_rolled_back(spark, table_path):
     """The layout's OPTIMIZE after the format upgrade changes no row: a rollback right after
     ``ttl upgrade`` is not refused as if the store had been written since."""
-    from ttl import app
-
     legacy_table(spark, table_path, 2)
     runtime = app.App(conf_for(table_path), spark=spark, wall_clock=FixedClock(NOW))
-    said = app.upgrade(runtime, rollback=False)
+    said = commands.upgrade(runtime, rollback=False)
     assert "upgraded in place" in said and "ordered by expires_at" in said, said
     assert upgrade.detect(spark, table_path) == 3
-    assert "rolled back" in app.upgrade(runtime, rollback=True)
+    assert "rolled back" in commands.upgrade(runtime, rollback=True)
     assert upgrade.detect(spark, table_path) == 2

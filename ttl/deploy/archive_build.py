@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ttl import app
+from ttl import commands
 from ttl.config import load
 from ttl.jvm.class_archive import SUFFIX, archive_dir, archive_path
 from ttl.spark import session_settings
@@ -118,7 +118,7 @@ def train(out: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="ttl-cds-") as root:
         profile = Path(root) / "cds.toml"
         profile.write_text(_PROFILE.format(root=root, out=out))
-        app.run(load(profile), demo_seconds=TRAIN_SECONDS)
+        commands.run(load(profile), demo_seconds=TRAIN_SECONDS)
         gateway = SparkContext._gateway
         SparkContext._active_spark_context.stop()
         jvm = gateway.proc
