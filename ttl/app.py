@@ -108,7 +108,7 @@ class App:
         either published (the progress's stream time covers it) or not yet (then its commit
         is still in the log: the publisher needs it), so the two together never lose
         stream time."""
-        from ttl.changelog.publisher import published_progress
+        from ttl.changelog.progress import published_progress
         from ttl.errors import ProgressUnreadable
         from ttl.names import progress_topic
 

@@ -13,9 +13,23 @@ import threading
 from pathlib import Path
 
 from ttl import config, delta_log, eviction, schedule
+from ttl import drill as drill_mod
+from ttl import restore as restore_mod
+from ttl import status as status_mod
+from ttl import upgrade as upgrade_mod
 from ttl.app import App, with_kafka
+from ttl.changelog import continuity, topic
+from ttl.changelog.format import table_version
+from ttl.changelog.progress import published_progress
+from ttl.changelog.publisher import table_at_path
 from ttl.config import Config, parse_ttl_ms
-from ttl.errors import ConfigError
+from ttl.errors import ConfigError, PublisherFenced, RestoreError
+from ttl.local import sample
+from ttl.names import progress_topic
+from ttl.phases import BatchPhases
+from ttl.progress import SparkProgress, bar, move_to
+from ttl.store import DeltaStore
+from ttl.stream import StreamJob, take_lease
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +62,6 @@ def run(conf: Config, *, available_now: bool = False, demo_seconds: int | None =
     With ``demo_seconds`` (the embedded default) a sample producer feeds the input topic and
     the job stops itself after that many seconds.
     """
-    from ttl.changelog import topic
-    from ttl.phases import BatchPhases
-    from ttl.stream import StreamJob, take_lease
 
     startup = BatchPhases()  # where the start-up's time goes: the "stream started" line
     with with_kafka(conf) as app:
@@ -91,7 +102,6 @@ def run(conf: Config, *, available_now: bool = False, demo_seconds: int | None =
 
 
 def _demo_feeder(app: App, job, seconds: int) -> threading.Thread:
-    from ttl.local import sample
 
     spec = sample.SampleSpec(records=int(seconds * 25), rate=50.0)
     feeder = threading.Thread(target=sample.produce, daemon=True, args=(app.kafka, spec),
@@ -134,7 +144,6 @@ def evict(app: App, clock: str, now_ms: int | None, dry_run: bool,
 def _sweep_with_a_bar(store, clock: str, now_ms: int | None, dry_run: bool):
     """A standalone sweep, with a bar over its Spark tasks on a terminal (a big table's
     DELETE can take minutes)."""
-    from ttl.progress import SparkProgress, bar, move_to
 
     with bar(100, f"{clock} sweep of {store.conf.name}", unit="%") as shown, \
             SparkProgress(store.spark, lambda f: move_to(shown, round(100 * f)), every_s=1.0):
@@ -162,7 +171,6 @@ def alter(app: App, new_ttl: str, dry_run: bool) -> str:
 
 def status(app: App) -> dict[str, object]:
     """``ttl status``: read with delta-rs, no Spark (``ttl.status``)."""
-    from ttl import status as status_mod
 
     if app.kafka_reachable:
         app.check_kafka()
@@ -173,7 +181,6 @@ def status(app: App) -> dict[str, object]:
 
 def health(app: App, require_stream: bool) -> object:
     """``ttl health``: an exit code for probes (``ttl.status.health``)."""
-    from ttl import status as status_mod
 
     if app.kafka_reachable:
         app.check_kafka()
@@ -221,7 +228,6 @@ class _DaemonPublisher:
         self.publisher = None
 
     def publish(self) -> object:
-        from ttl.errors import PublisherFenced
 
         if self.publisher is None:
             self.publisher = self.app.publisher()
@@ -235,9 +241,6 @@ class _DaemonPublisher:
         """The table version the changelog has, measured now: the progress topic and the
         table's version offset read again (this daemon's publisher may be stale: another
         process may have published, or restored the table, since it was made)."""
-        from ttl.changelog.format import table_version
-        from ttl.changelog.publisher import published_progress
-        from ttl.names import progress_topic
 
         progress = published_progress(self.app.kafka,
                                       progress_topic(self.app.conf.kafka.changelog_topic))
@@ -280,7 +283,6 @@ def restore(app: App, *, target: str | None = None, until_version: int | None = 
     Into the store's own table (disaster recovery, the default): refused under a live
     stream lease; then ``restore.finish_recovery`` sweeps and moves the publisher's progress.
     """
-    from ttl import restore as restore_mod
 
     app.check_kafka()
     conf = app.conf
@@ -312,7 +314,6 @@ def _refuse_a_partial_source(conf: Config, until_version, until_offsets, convert
     """Into the store's own table only its own whole changelog may be restored: the store's
     changelog must stay able to rebuild the table, and it holds neither a foreign topic's
     keys nor the rollback of a point-in-time restore."""
-    from ttl.errors import RestoreError
 
     why = []
     if source_topic not in (None, conf.kafka.changelog_topic):
@@ -333,10 +334,6 @@ def _refuse_a_partial_source(conf: Config, until_version, until_offsets, convert
 def _publish_before_restore(app: App) -> None:
     """Versions the table committed but never published would be lost by a restore (the
     input offsets move past them): publish them first, or refuse."""
-    from ttl.changelog import continuity
-    from ttl.changelog.publisher import published_progress, table_at_path
-    from ttl.errors import RestoreError
-    from ttl.names import progress_topic
 
     path = app.conf.store.path
     if not delta_log.is_delta_table(app.spark, path):
@@ -379,7 +376,6 @@ def _publish_before_restore(app: App) -> None:
 
 def drill(app: App, report_path: Path | None = None, source_topic: str | None = None):
     """``ttl drill``: restore into scratch and diff with the table at the published version."""
-    from ttl import drill as drill_mod
 
     app.check_kafka()
     return drill_mod.run(app.spark, app.conf, app.kafka, report_path=report_path,
@@ -392,8 +388,6 @@ def upgrade(app: App, rollback: bool) -> str:
     ordered by ``key_hash`` are what small batches skip by; a Z-order rewrites the whole
     table each time); or roll the format back (the OPTIMIZE changed no row, so a rollback
     is still allowed after it)."""
-    from ttl import upgrade as upgrade_mod
-    from ttl.store import DeltaStore
 
     if rollback:
         with app.claimed() as skipped:
@@ -416,7 +410,6 @@ def upgrade(app: App, rollback: bool) -> str:
 
 def create_topics(app: App) -> list[str]:
     """``ttl topic create``: the changelog and progress topics, if missing."""
-    from ttl.changelog import topic
 
     app.check_kafka()
     return topic.create(app.kafka, app.conf.changelog, app.conf.store.max_record_bytes)
@@ -424,7 +417,6 @@ def create_topics(app: App) -> list[str]:
 
 def check_topics(app: App):
     """``ttl topic check``: refuse a changelog or progress topic that breaks a rule."""
-    from ttl.changelog import topic
 
     app.check_kafka()
     return topic.check(app.kafka, None, app.conf.store.max_record_bytes)

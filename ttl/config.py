@@ -32,6 +32,7 @@ except ImportError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 from ttl.errors import ConfigError
+from ttl.model import CHANGELOG_OVERHEAD
 from ttl.names import DEAD_LETTERS_SUFFIX, EMBEDDED, sibling
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -142,7 +143,6 @@ class StoreConfig(_Section):
 
     @model_validator(mode="after")
     def _limits_fit_a_changelog_record(self) -> StoreConfig:
-        from ttl.model import CHANGELOG_OVERHEAD
 
         need = self.max_value_bytes + self.max_headers_bytes + CHANGELOG_OVERHEAD
         if need > self.max_record_bytes:

@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from ttl.clock import wall_ms_or_now
 from ttl.config import Config
-from ttl.errors import StoreMissing
+from ttl.errors import ReplayIncomplete, StoreMissing
 from ttl.kafka import KafkaClients
 from ttl.names import sibling
 
@@ -152,7 +152,6 @@ def replay(conf: Config, kafka: KafkaClients, reason: str, *, key: bytes | None 
                         mode="append")
     result.replayed = len(delivered)
     if errors:
-        from ttl.errors import ReplayIncomplete
 
         raise ReplayIncomplete(f"{len(errors)} dead letters could not be produced to {topic} "
                                f"(the first: {errors[0]}); {len(delivered)} were, and are "

@@ -24,7 +24,10 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ttl.changelog.publisher import read_progress
+from ttl import delta_log
+from ttl.changelog.format import table_version
+from ttl.changelog.progress import read_progress
+from ttl.clock import WallClock
 from ttl.config import Config
 from ttl.errors import RestoreError
 from ttl.kafka import KafkaClients
@@ -102,7 +105,6 @@ def diff(spark, live, rebuilt, sample: int = 5) -> tuple[int, int, int, dict[str
 def run(spark, conf: Config, kafka: KafkaClients, *, report_path: Path | None = None,
         source_topic: str | None = None, wall_ms: int | None = None) -> DrillReport:
     """One drill (module docstring); the report says whether the rebuild matched."""
-    from ttl.clock import WallClock
 
     root = scratch_root(conf)
     _check_scratch_root(spark, root)
@@ -178,8 +180,6 @@ def _remove_scratch(spark, scratch: str) -> list[str]:
 
 def _table_version(spark, path: str, changelog_version: int) -> int:
     """The live table's Delta version of a changelog version (its version offset off)."""
-    from ttl import delta_log
-    from ttl.changelog.format import table_version
 
     return table_version(changelog_version, delta_log.properties(spark, path))
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 
+from ttl import delta_log
 from ttl.timestamps import INT64_MAX
 
 #: "Nothing in the table expires" (no row has an ``expires_at``).
@@ -89,7 +90,6 @@ def earliest_expiry(spark, path: str) -> tuple[int, int | None]:
     to delete; that sweep then raises the bound (``after_sweep``)."""
     from pyspark.sql import functions as F
 
-    from ttl import delta_log
 
     version, low, complete = delta_log.smallest_minimum(spark, path, "expires_at")
     if complete:

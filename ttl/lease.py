@@ -43,10 +43,12 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from ttl import delta_log
 from ttl.clock import Clock, MonotonicClock, WallClock
+from ttl.delta_log import conflicts
 from ttl.errors import LeaseLost
 from ttl.names import LEASE_SUFFIX, PROP_LEASE_FENCE, sibling
-from ttl.store.layout import PLAIN_TABLE
+from ttl.store.layout import PLAIN_TABLE, set_properties
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +129,6 @@ class Lease:
         it. Called before every commit of the store (``DeltaStore.check_writable``) and again
         by a write's retry after a conflict (a fence's commit is one). ``properties``: the
         store table's, when the caller just read them."""
-        from ttl import delta_log
 
         if self._renewed_at is None:
             raise LeaseLost(f"this process does not hold the lease on {store_path} (never "
@@ -202,7 +203,6 @@ class Lease:
             return self._renew()
 
     def _renew(self) -> bool:
-        from ttl.delta_log import conflicts
 
         started = self.monotonic.now_ms()
         now = self.clock.now_ms()
@@ -272,7 +272,6 @@ class Lease:
         return True
 
     def _fence(self) -> str | None:
-        from ttl import delta_log
 
         if not delta_log.is_delta_table(self.spark, self.store_path):
             return None
@@ -281,8 +280,6 @@ class Lease:
     def _fence_store(self) -> None:
         """Commit our owner id as the store table's fence: the old holder's writes refuse
         from now on, and one under way fails at commit (a metadata change)."""
-        from ttl import delta_log
-        from ttl.store.layout import set_properties
 
         if not delta_log.is_delta_table(self.spark, self.store_path):
             return  # no table yet (a restore's): nothing of the old holder's to fence

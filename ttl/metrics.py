@@ -19,7 +19,9 @@ import threading
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 
+from ttl import status
 from ttl.config import MetricsConfig
+from ttl.names import DRILLS_SUFFIX, sibling
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +77,6 @@ class TableFigures:
     def _read(self) -> dict[str, float]:
         from deltalake import DeltaTable
 
-        from ttl import status
-        from ttl.names import DRILLS_SUFFIX, sibling
 
         values: dict[str, float] = {}
         try:  # what `ttl status` reads, without Spark

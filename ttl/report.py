@@ -26,6 +26,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from ttl import commit
+from ttl import status as status_mod
 from ttl.clock import wall_ms_or_now
 from ttl.config import Config
 from ttl.names import DRILLS_SUFFIX, OP_SWEEP, sibling
@@ -51,7 +52,6 @@ def collect(conf: Config, *, wall_ms: int | None = None, kafka=None) -> dict:
     """The report's figures (plain JSON-able data)."""
     from deltalake import DeltaTable
 
-    from ttl import status as status_mod
 
     now = wall_ms_or_now(wall_ms)
     table = status_mod.open_table(conf.store.path)

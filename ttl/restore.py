@@ -31,9 +31,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from ttl import commit, config, delta_log
+from ttl import commit, config, delta_log, eviction
 from ttl.changelog import topic
-from ttl.changelog.publisher import published_progress
+from ttl.changelog.format import version_offset
+from ttl.changelog.progress import published_progress
 from ttl.changelog.reader import (
     bounded_ends,
     convert,
@@ -49,6 +50,10 @@ from ttl.errors import RestoreError
 from ttl.kafka import KafkaClients
 from ttl.names import (
     OP_RESTORE,
+    PROP_CONTINUES_AFTER,
+    PROP_RESEED_REQUIRED,
+    PROP_RESTORE_PENDING,
+    PROP_VERSION_OFFSET,
     progress_topic,
 )
 from ttl.phases import BatchPhases
@@ -261,7 +266,6 @@ def _target_table(spark, conf: Config, target: str,
       an empty table there would stand for the store (``ttl restore`` checks a table at
       that path before replacing it).
     """
-    from ttl.names import PROP_RESTORE_PENDING
 
     def create() -> dict[str, str]:
         # A table this restore creates is marked until its last commit: a failed
@@ -424,13 +428,6 @@ def _continue_versions(spark, target: str, props: dict[str, str], version: int,
     not go back: drills and point-in-time restores select by them), and whether the table
     needs a re-seed before it can continue the store's changelog (a partial restore; a
     whole one over such a table lifts the mark). Returns the offset."""
-    from ttl.changelog.format import version_offset
-    from ttl.names import (
-        PROP_CONTINUES_AFTER,
-        PROP_RESEED_REQUIRED,
-        PROP_RESTORE_PENDING,
-        PROP_VERSION_OFFSET,
-    )
 
     marks = ({PROP_RESEED_REQUIRED: "true"} if result.partial else
              {PROP_RESEED_REQUIRED: "false"} if props.get(PROP_RESEED_REQUIRED) == "true"
@@ -461,7 +458,6 @@ def finish_recovery(result: RestoreResult, store, publisher, clock: str) -> list
     restore's version (with the input offsets to resume from); then sweeps remove what
     expired meanwhile, and their tombstones are published. Returns the summary lines.
     """
-    from ttl import eviction
 
     publisher.reset_progress(result.version, store.stream_time.value, result.input_offsets)
     lines = [eviction.sweep(store, "wall").summary()]

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 from ttl import commit
 from ttl.changelog import continuity
 from ttl.changelog.format import table_version
+from ttl.changelog.progress import published_progress
 from ttl.clock import batch_clock, recovered_stream_time, stream_time_floor, wall_ms_or_now
 from ttl.config import Config
 from ttl.errors import ScanBlocked, StoreMissing
@@ -171,7 +172,6 @@ class StoreView:
 def _changelog_progress(conf: Config, kafka):
     """The changelog's progress (``Progress``), or ``None`` without a changelog position
     (no reachable brokers, no progress topic)."""
-    from ttl.changelog.publisher import published_progress
 
     if kafka is None:
         return None

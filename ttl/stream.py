@@ -33,9 +33,16 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ttl import delta_log, eviction, input_position, schedule
+from ttl import commit, delta_log, eviction, input_position, schedule
 from ttl.config import Config
-from ttl.errors import StreamOwned, TtlError
+from ttl.errors import (
+    CheckpointAhead,
+    CheckpointRegressed,
+    ConfigError,
+    InputLost,
+    StreamOwned,
+    TtlError,
+)
 from ttl.kafka import KafkaClients
 from ttl.lease import Lease
 from ttl.metrics import Metrics
@@ -49,6 +56,7 @@ from ttl.names import (
 )
 from ttl.phases import BatchPhases
 from ttl.progress import bar, move_to
+from ttl.store.layout import set_properties
 
 log = logging.getLogger(__name__)
 batch_log = logging.getLogger(BATCH_LOGGER)
@@ -247,7 +255,6 @@ class StreamJob:
             raise first
 
     def _serve_metrics(self, port: int) -> None:
-        from ttl.errors import ConfigError
 
         try:
             self.metrics.serve(port)
@@ -287,9 +294,6 @@ class StreamJob:
         passes unnoticed), record the skipped ranges in a commit and move the position past
         them. Where the run resumes is the checkpoint's position if it has one (Spark
         resumes from it), else the table's. Returns whether something was skipped."""
-        from ttl import commit
-        from ttl.errors import InputLost
-        from ttl.store.layout import set_properties
 
         resume = self._checkpoint_position()
         resume = self.position if resume is None else {**self.position, **resume}
@@ -323,7 +327,6 @@ class StreamJob:
         table holds (``input_position``): one from before a restore. Offsets between that
         hold no record (transaction markers) are no gap; a restore that recorded no input
         position makes any checkpoint from before it a gap of unknown size."""
-        from ttl.errors import CheckpointAhead
 
         checkpoint = self._checkpoint_position()
         if checkpoint is None:
@@ -519,7 +522,6 @@ class StreamJob:
         the position: Delta's txn id skips it). Anything else is a regressed checkpoint:
         applied, it would put old records back over newer state; skipped as "already
         applied" by a reused batch id, it would drop the new records it also holds."""
-        from ttl.errors import CheckpointRegressed
 
         starts, ends = first_offsets(table), next_offsets(table)
         behind = {p: (o, self.position[p]) for p, o in starts.items()

@@ -26,6 +26,7 @@ from ttl.config import Config
 from ttl.errors import LayoutError
 from ttl.names import PROP_FORMAT
 from ttl.names import PROP_UPGRADE_FROM as PROP_FROM_VERSION
+from ttl.progress import bar
 from ttl.store import layout
 from ttl.timestamps import NO_TIMESTAMP, expiry_column
 
@@ -52,7 +53,6 @@ def detect(spark, path: str) -> int:
 def upgrade_in_place(spark, conf: Config, *, clock: Clock | None = None) -> str:
     """Steps 1-4 of the module docstring; each is idempotent, so a rerun resumes."""
 
-    from ttl.progress import bar
 
     path, ttl = conf.store.path, conf.store.ttl
     if detect(spark, path) == 3:

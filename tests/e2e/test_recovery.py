@@ -73,7 +73,7 @@ def test_a_checkpoint_from_before_a_restore_is_refused_not_resumed_past_the_tabl
     re-seeded as the run asks. Before, the run on the old checkpoint resumed after all 50
     records and the 20 later keys never reached the table. Now it is refused naming the
     checkpoint; with it moved away the run re-applies the input and loses nothing."""
-    from ttl.changelog.publisher import read_progress
+    from ttl.changelog.progress import read_progress
     from ttl.errors import CheckpointAhead, ReseedRequired
     from ttl.names import progress_topic
 

@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.support import clients, consume_all, rebuild_from_changelog, wait_until
 from ttl.changelog import topic
-from ttl.changelog.publisher import read_progress
+from ttl.changelog.progress import read_progress
 from ttl.config import load
 from ttl.model import ReferenceStore, Semantics
 from ttl.record import InputRecord

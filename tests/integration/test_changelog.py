@@ -25,7 +25,8 @@ from tests.support import (
     run_concurrently,
 )
 from ttl.changelog import topic
-from ttl.changelog.publisher import Publisher, read_progress
+from ttl.changelog.progress import read_progress
+from ttl.changelog.publisher import Publisher
 from ttl.clock import FixedClock
 from ttl.config import ChangelogConfig, KafkaConfig, StoreConfig
 from ttl.errors import PublisherFenced, TopicError
@@ -382,7 +383,7 @@ def _committed_progress(kafka, kconf, version: int) -> str:
     """One committed progress record at ``version`` (as the publisher writes it)."""
     from confluent_kafka import Producer
 
-    from ttl.changelog.publisher import PROGRESS_KEY, Progress
+    from ttl.changelog.progress import PROGRESS_KEY, Progress
 
     name = topic.progress_topic(kconf.changelog_topic)
     producer = Producer({"bootstrap.servers": kafka.bootstrap_servers,
@@ -402,7 +403,7 @@ def test_progress_behind_many_aborted_transactions_is_still_found(kafka, kconf):
     restart from version 0."""
     from confluent_kafka import Producer
 
-    from ttl.changelog.publisher import PROGRESS_KEY
+    from ttl.changelog.progress import PROGRESS_KEY
 
     name = _committed_progress(kafka, kconf, 41)
     aborting = Producer({"bootstrap.servers": kafka.bootstrap_servers,

@@ -13,7 +13,8 @@ from py4j.protocol import Py4JJavaError
 from tests.support import clients, wait_until
 from ttl import drill
 from ttl.changelog import topic
-from ttl.changelog.publisher import Publisher, read_progress
+from ttl.changelog.progress import read_progress
+from ttl.changelog.publisher import Publisher
 from ttl.clock import FixedClock
 from ttl.config import Config, from_dict
 from ttl.errors import RestoreError

@@ -12,7 +12,8 @@ from confluent_kafka import Producer
 from tests.support import clients, operator_sql, retrying, run_concurrently
 from ttl import app, commands, delta_log, drill, eviction
 from ttl.changelog import topic
-from ttl.changelog.publisher import Publisher, read_progress
+from ttl.changelog.progress import read_progress
+from ttl.changelog.publisher import Publisher
 from ttl.clock import FixedClock
 from ttl.config import from_dict
 from ttl.errors import LayoutError

@@ -26,6 +26,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ttl.names import (
+    PROP_CONTINUES_AFTER,
+    PROP_RESEED_REQUIRED,
+    PROP_RESTORE_PENDING,
+    PROP_VERSION_OFFSET,
+)
+
 
 @dataclass(frozen=True)
 class TableAtPath:
@@ -53,12 +60,6 @@ def table_at_path(path: str, table_id: str, newest_delta_version: int,
                   properties: dict[str, str]) -> TableAtPath:
     """The rule's view of a table, from its id, newest Delta version and properties (read
     with Spark or delta-rs alike)."""
-    from ttl.names import (
-        PROP_CONTINUES_AFTER,
-        PROP_RESEED_REQUIRED,
-        PROP_RESTORE_PENDING,
-        PROP_VERSION_OFFSET,
-    )
 
     offset = int(properties.get(PROP_VERSION_OFFSET) or 0)
     raw = properties.get(PROP_CONTINUES_AFTER)

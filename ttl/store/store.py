@@ -26,7 +26,7 @@ from ttl.clock import (
     stream_time_floor,
 )
 from ttl.config import StoreConfig
-from ttl.errors import InvalidRecordError
+from ttl.errors import InvalidRecordError, StoreMissing
 from ttl.expiry_floor import ExpiryFloor
 from ttl.model import Semantics
 from ttl.names import (
@@ -190,7 +190,6 @@ class DeltaStore:
         table there that the changelog's progress does not continue) and the lease taken
         for this store's writes is still ours (``LeaseLost``, ``Lease.check``; no lease
         set: a library user's store, unguarded). Called before every commit."""
-        from ttl.errors import StoreMissing
 
         version, table_id, properties = delta_log.identity(self.spark, self.path)
         if version < 0 or table_id != self.table_id:
