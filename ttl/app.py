@@ -18,11 +18,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ttl import config, delta_log
+from ttl.changelog import topic
+from ttl.changelog.progress import published_progress
+from ttl.changelog.publisher import Publisher
 from ttl.clock import Clock
 from ttl.config import Config
+from ttl.errors import LeaseLost, ProgressUnreadable, StoreMissing
 from ttl.kafka import KafkaClients
 from ttl.lease import Lease
-from ttl.names import EMBEDDED, PROP_RESEED_REQUIRED
+from ttl.local.kafka import LocalKafka
+from ttl.names import EMBEDDED, PROP_RESEED_REQUIRED, progress_topic
+from ttl.spark import get_session
+from ttl.store import DeltaStore
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +60,6 @@ class App:
     @property
     def spark(self):
         if self._spark is None:
-            from ttl.spark import get_session
 
             self._spark = get_session(self.conf.spark)
         return self._spark
@@ -67,7 +73,6 @@ class App:
         other command refuses a missing table (``StoreMissing``, naming the action);
         ``ttl restore`` makes its table itself."""
         if check_ttl not in self._stores:
-            from ttl.store import DeltaStore
 
             # Kafka first: an unreachable broker fails in seconds, before Spark starts.
             progress, unreadable = self._changelog_progress()
@@ -83,7 +88,6 @@ class App:
 
     def _refuse_a_new_table(self, create: bool, progress, unreadable: Exception | None) -> None:
         """Raise ``StoreMissing`` unless a new table may be created at the store's path."""
-        from ttl.errors import StoreMissing
 
         where = f"store {self.conf.store.name}: there is no store table at {self.conf.store.path}"
         if not create:
@@ -108,9 +112,6 @@ class App:
         either published (the progress's stream time covers it) or not yet (then its commit
         is still in the log: the publisher needs it), so the two together never lose
         stream time."""
-        from ttl.changelog.progress import published_progress
-        from ttl.errors import ProgressUnreadable
-        from ttl.names import progress_topic
 
         if not self.kafka_reachable:
             return None, None
@@ -157,7 +158,6 @@ class App:
 
     def check_lease(self) -> None:
         """Raise ``LeaseLost`` if the lease ``guard`` took was lost meanwhile."""
-        from ttl.errors import LeaseLost
 
         if self.lease_lost.is_set():
             raise LeaseLost(f"store {self.conf.store.name}: the lease on "
@@ -203,8 +203,6 @@ class App:
     def publisher(self, store=None):
         """Check the changelog topics (refusing a bad one), then start the fenced publisher
         (of ``store``, default the checked store)."""
-        from ttl.changelog import topic
-        from ttl.changelog.publisher import Publisher
 
         store = store or self.store()
         limit = self.conf.store.max_record_bytes
@@ -232,7 +230,6 @@ def with_kafka(conf: Config, data_dir: Path | None = None) -> Iterator[App]:
     if not conf.kafka.embedded:
         yield App(conf)
         return
-    from ttl.local.kafka import LocalKafka
 
     base = Path(data_dir or Path(conf.store.path).parent)
     with LocalKafka(base / "kafka") as broker:
