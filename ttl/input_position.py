@@ -19,6 +19,11 @@ except that:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from ttl.names import OP_INPUT_SKIPPED, OP_RESTORE
+
 
 def gaps_ahead(checkpoint: dict[str, int], table: dict[str, int]) -> dict[str, tuple[int, int]]:
     """Per partition the offsets ``[table, checkpoint)`` a resume at ``checkpoint`` would
@@ -30,3 +35,76 @@ def gaps_ahead(checkpoint: dict[str, int], table: dict[str, int]) -> dict[str, t
 
 def describe(gaps: dict[str, tuple[int, int]]) -> str:
     return ", ".join(f"partition {p} offsets {a}..{b - 1}" for p, (a, b) in gaps.items())
+
+
+def lost(resume: dict[str, int], earliest: dict[str, int]) -> dict[str, tuple[int, int]]:
+    """Per partition the offsets ``[resume, earliest)`` the topic no longer holds: input the
+    store has not read and retention removed. ``earliest``: each partition's first offset."""
+    return {p: (resume[p], low) for p, low in sorted(earliest.items())
+            if p in resume and resume[p] < low}
+
+
+def resume_at(table: dict[str, int], checkpoint: dict[str, int] | None) -> dict[str, int]:
+    """Where a run resumes: the checkpoint's offsets where it names a partition (Spark
+    resumes from them), the table's elsewhere."""
+    return dict(table) if checkpoint is None else {**table, **checkpoint}
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """The input position a table's commits record (newest first, ``recorded``)."""
+
+    position: dict[str, int]
+    #: (query id, batch id) of the newest commit when a batch made it: its replay passes.
+    last_batch: tuple[str, int] | None
+    #: The table holds input, but which is unknown: a restore without a position, or a
+    #: table whose commits never recorded one while its log starts at version 0.
+    unknown: bool
+
+
+def recorded(metadata: Iterable[dict], log_from_zero: Callable[[], bool]) -> Recorded:
+    """The position the newest commits record: per partition the newest ``input_offsets``
+    naming it, back to the last whole position (a restore's, a skip's, a batch's that
+    recorded every partition). ``metadata``: the engine commits that record a position or
+    are restores, newest first; ``log_from_zero``: whether the log still holds version 0
+    (asked only when no commit records a position: a new table, not one whose batch
+    commits aged out)."""
+    position: dict[str, int] = {}
+    last_batch, unknown = None, False
+    for i, meta in enumerate(metadata):
+        if i == 0 and meta.get("query_id") is not None and meta.get("batch_id") is not None:
+            last_batch = (str(meta["query_id"]), int(meta["batch_id"]))
+        if i == 0 and meta.get("op") == OP_RESTORE and not meta.get("input_offsets"):
+            unknown = True  # restored with no input position
+        for p, o in (meta.get("input_offsets") or {}).items():
+            position.setdefault(str(p), int(o))
+        if meta.get("op") in (OP_RESTORE, OP_INPUT_SKIPPED) or meta.get("whole_position"):
+            break
+    else:
+        # A checkpoint with batches on a table that never recorded a position was another
+        # table's, and says nothing of what this one holds.
+        unknown = not position and log_from_zero()
+    return Recorded(position, last_batch, unknown)
+
+
+def regressed(starts: dict[str, int], ends: dict[str, int], position: dict[str, int],
+              last_batch: tuple[str, int] | None, query_id: str,
+              batch_id: int) -> dict[str, tuple[int, int]]:
+    """Per partition (first offset, applied up to) where a batch re-reads input the table
+    has applied; empty when it does not, or when it is the replay of the batch that
+    recorded the position (same query, a batch id up to it, nothing beyond the position:
+    Delta's txn id skips it). ``starts``/``ends``: the batch's first and next offsets."""
+    behind = {p: (o, position[p]) for p, o in starts.items()
+              if p in position and o < position[p]}
+    if not behind:
+        return {}
+    replay = (last_batch is not None and last_batch[0] == query_id
+              and batch_id <= last_batch[1]
+              and all(o <= position.get(p, -1) for p, o in ends.items()))
+    return {} if replay else behind
+
+
+def starting(position: dict[str, int], partitions: Iterable[int | str]) -> dict[str, int]:
+    """Where a new checkpoint starts each partition: right after the input the table
+    recorded, else the earliest offset (Kafka's -2)."""
+    return {str(p): position.get(str(p), -2) for p in partitions}

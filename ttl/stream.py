@@ -295,10 +295,9 @@ class StreamJob:
         them. Where the run resumes is the checkpoint's position if it has one (Spark
         resumes from it), else the table's. Returns whether something was skipped."""
 
-        resume = self._checkpoint_position()
-        resume = self.position if resume is None else {**self.position, **resume}
-        lost = {str(p): (resume[str(p)], low) for p, (low, _) in self.input_marks.items()
-                if str(p) in resume and resume[str(p)] < low}
+        resume = input_position.resume_at(self.position, self._checkpoint_position())
+        lost = input_position.lost(resume, {str(p): low for p, (low, _)
+                                            in self.input_marks.items()})
         if not lost:
             return False
         ranges = ", ".join(f"partition {p} offsets {a}..{b - 1} ({b - a} records)"
@@ -373,27 +372,12 @@ class StreamJob:
         skip's). Batches record the whole position, so the newest commit usually gives
         every partition; a table written before that still gives every partition its older
         batches read (``{}`` for a table no batch has written)."""
-        position: dict[str, int] = {}
-        self.last_batch = None
-        self.position_unknown = False
-        for i, found in enumerate(delta_log.engine_commits_having(
-                self.spark, self.store.path, "input_offsets", or_op=OP_RESTORE)):
-            meta = found.metadata or {}  # a restore without a position ends the search too
-            if i == 0 and meta.get("query_id") is not None and meta.get("batch_id") is not None:
-                self.last_batch = (str(meta["query_id"]), int(meta["batch_id"]))
-            if i == 0 and meta.get("op") == OP_RESTORE and not meta.get("input_offsets"):
-                self.position_unknown = True  # restored with no input position
-            for p, o in (meta.get("input_offsets") or {}).items():
-                position.setdefault(str(p), int(o))
-            if meta.get("op") in (OP_RESTORE, OP_INPUT_SKIPPED) or meta.get("whole_position"):
-                break
-        else:
-            # No commit records a position, and the log still starts at version 0 (a new
-            # table, not one whose old batch commits aged out of the log): a checkpoint
-            # with batches was another table's, and says nothing of what this one holds.
-            self.position_unknown = not position and delta_log.commit_at(
-                self.spark, self.store.path, 0) is not None
-        return position
+        found = input_position.recorded(
+            ((c.metadata or {}) for c in delta_log.engine_commits_having(
+                self.spark, self.store.path, "input_offsets", or_op=OP_RESTORE)),
+            lambda: delta_log.commit_at(self.spark, self.store.path, 0) is not None)
+        self.last_batch, self.position_unknown = found.last_batch, found.unknown
+        return found.position
 
     def _checkpoint_position(self) -> dict[str, int] | None:
         """Where an existing checkpoint resumes the input: the offsets its last committed
@@ -430,8 +414,7 @@ class StreamJob:
         if marker.getFileSystem(hadoop).exists(marker) or not self.position:
             return "earliest"
         log.info("new checkpoint: input resumes at %s (recorded in the table)", self.position)
-        partitions = self.input_marks
-        start = {str(p): self.position.get(str(p), -2) for p in partitions}  # -2: earliest
+        start = input_position.starting(self.position, self.input_marks)
         return json.dumps({self.conf.kafka.input_topic: start})
 
     # -- one micro-batch ----------------------------------------------------------------------
@@ -523,15 +506,9 @@ class StreamJob:
         applied, it would put old records back over newer state; skipped as "already
         applied" by a reused batch id, it would drop the new records it also holds."""
 
-        starts, ends = first_offsets(table), next_offsets(table)
-        behind = {p: (o, self.position[p]) for p, o in starts.items()
-                  if p in self.position and o < self.position[p]}
+        behind = input_position.regressed(first_offsets(table), next_offsets(table),
+                                          self.position, self.last_batch, query_id, batch_id)
         if not behind:
-            return
-        replay = (self.last_batch is not None and self.last_batch[0] == query_id
-                  and batch_id <= self.last_batch[1]
-                  and all(o <= self.position.get(p, -1) for p, o in ends.items()))
-        if replay:
             return
         where = ", ".join(f"partition {p} from offset {o} (applied up to {at})"
                           for p, (o, at) in sorted(behind.items()))

@@ -17,3 +17,60 @@ def test_a_checkpoint_ahead_names_each_partitions_skipped_offsets():
     gaps = gaps_ahead({"0": 9, "1": 7, "2": 4}, {"0": 5, "1": 7})
     assert gaps == {"0": (5, 9)}  # partition 2: the table records nothing to judge by
     assert describe(gaps) == "partition 0 offsets 5..8"
+
+
+def test_input_gone_from_the_topic_is_named_per_partition():
+    from ttl.input_position import lost, resume_at
+
+    resume = resume_at({"0": 5, "1": 9}, {"1": 12})
+    assert resume == {"0": 5, "1": 12}  # the checkpoint wins where it names a partition
+    assert resume_at({"0": 5}, None) == {"0": 5}
+    assert lost(resume, {"0": 8, "1": 10, "2": 3}) == {"0": (5, 8)}  # 2: never read
+
+
+def _batch(i, *, offsets=None, op="batch", whole=False, query="q", batch=None):
+    meta = {"op": op, "input_offsets": offsets or {}}
+    if whole:
+        meta["whole_position"] = True
+    if batch is not None:
+        meta.update(query_id=query, batch_id=batch)
+    return meta
+
+
+def test_the_recorded_position_is_the_newest_per_partition_back_to_a_whole_one():
+    from ttl.input_position import recorded
+
+    newest_first = [_batch(0, offsets={"0": 9}, batch=4), _batch(1, offsets={"1": 7}),
+                    _batch(2, offsets={"0": 5, "1": 3, "2": 2}, whole=True),
+                    _batch(3, offsets={"3": 1})]  # beyond the whole position: not read
+    found = recorded(iter(newest_first), lambda: 1 / 0)
+    assert found.position == {"0": 9, "1": 7, "2": 2}
+    assert found.last_batch == ("q", 4) and not found.unknown
+
+
+def test_a_restore_without_a_position_or_a_new_table_holds_input_unknown():
+    from ttl.input_position import recorded
+
+    assert recorded([{"op": "restore"}], lambda: 1 / 0).unknown
+    restored = recorded([{"op": "restore", "input_offsets": {"0": 4}}, _batch(1, offsets={"0": 1})],
+                        lambda: 1 / 0)
+    assert restored.position == {"0": 4} and not restored.unknown
+    assert recorded([], lambda: True).unknown  # a log from version 0 that recorded nothing
+    assert not recorded([], lambda: False).unknown  # old batch commits aged out of the log
+
+
+def test_a_batch_behind_the_table_is_refused_unless_it_replays_the_recording_batch():
+    from ttl.input_position import regressed
+
+    position = {"0": 10, "1": 5}
+    assert regressed({"0": 10}, {"0": 12}, position, ("q", 3), "q", 4) == {}  # moving on
+    assert regressed({"0": 8}, {"0": 10}, position, ("q", 3), "q", 3) == {}  # the replay
+    assert regressed({"0": 8}, {"0": 11}, position, ("q", 3), "q", 3) == {"0": (8, 10)}
+    assert regressed({"0": 8}, {"0": 10}, position, ("q", 3), "other", 3) == {"0": (8, 10)}
+    assert regressed({"1": 1}, {"1": 2}, position, None, "q", 0) == {"1": (1, 5)}
+
+
+def test_a_new_checkpoint_starts_after_the_recorded_position_or_at_the_earliest():
+    from ttl.input_position import starting
+
+    assert starting({"0": 7}, [0, 1]) == {"0": 7, "1": -2}
