@@ -402,8 +402,11 @@ def publish_cmd(conf_path: Path, bootstrap: str | None, reseed: bool) -> None:
 @click.option("--until-version", type=int, default=None, help="Stop at this ttl.version.")
 @click.option("--until-offsets", default=None, metavar="P:O,...",
               help="Read each changelog partition P up to offset O (exclusive), e.g. 0:120,1:98.")
-@click.option("--converter", type=click.Choice(["engine", "plain"]), default="engine",
-              help="plain: a foreign changelog (value bytes, record timestamp, headers).")
+@click.option("--converter", type=click.Choice(["engine", "plain", "kafka-streams",
+                                               "kafka-streams-headers"]), default="engine",
+              help="plain: a foreign changelog (value bytes, record timestamp, headers); "
+                   "kafka-streams(-headers): a Kafka Streams timestamped (header-aware) "
+                   "key-value store's changelog.")
 @click.option("--topic", "source_topic", default=None, help="Read this topic instead.")
 def restore_cmd(conf_path: Path, bootstrap: str | None, target: str | None,
                 until_version: int | None, until_offsets: str | None, converter: str,

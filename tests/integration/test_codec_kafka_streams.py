@@ -360,3 +360,62 @@ def test_stricter_than_kafka_where_documented(ask_kafka: Callable[[Request], Ans
     assert ask_kafka(("readvarlong", "ffffffffffffffffff7f"))[0] == "ok"
     with pytest.raises(ValueError, match="does not fit in 64 bits"):
         codec.read_varlong(bytes.fromhex("ffffffffffffffffff7f"))
+
+
+# --- a Kafka Streams store's changelog, restored ---------------------------------------------
+
+
+def _kafka_writes(streams_bytes: Path, kafka_classpath: str,
+                  requests: list[Request]) -> list[bytes | None]:
+    """The bytes Kafka's own serializers write for ``requests`` (one JVM run)."""
+    proc = subprocess.run(
+        [_require_tool("java"), "-cp", f"{streams_bytes}:{kafka_classpath}", "StreamsBytes"],
+        input="".join("\t".join(r) + "\n" for r in requests),
+        capture_output=True, text=True, encoding="utf-8", timeout=300, check=False)
+    assert proc.returncode == 0, f"StreamsBytes failed:\n{proc.stderr}"
+    return [_ok_bytes(tuple(line.split("\t"))) for line in proc.stdout.split("\n")[:-1]]
+
+
+@pytest.mark.parametrize("converter", ["kafka-streams", "kafka-streams-headers"])
+def test_a_kafka_streams_stores_changelog_restores_with_its_timestamps_and_headers(
+        spark, kafka, tmp_path, topic_factory, streams_bytes, kafka_classpath, converter):
+    """Values written by kafka-streams' own serializers (ValueAndTimestampSerializer, or
+    ValueTimestampHeadersSerializer), produced to a compacted topic as a store's changelog,
+    restore with each entry's own timestamp (and headers); a delete removes its key; a
+    value not in the format fails the restore naming the record."""
+    from confluent_kafka import Producer
+
+    from tests.integration.test_restore import clients, make_conf, rows
+    from ttl.errors import RestoreError
+    from ttl.restore import restore
+
+    now = 1_700_000_000_000
+    entries = [(b"a", b"1", now - 5, [("h", b"x"), ("h", None)]), (b"b", b"", -7, []),
+               (b"c", b"\x00\xff", now, [("k\u00e9", b"")]), (b"a", b"2", now + 9, [("z", b"y")])]
+    headers_format = converter == "kafka-streams-headers"
+    requests = [_vth_request(v, ts, h) if headers_format else ("ts", _hex(v), str(ts))
+                for _, v, ts, h in entries]
+    values = _kafka_writes(streams_bytes, kafka_classpath, requests)
+    conf = make_conf(tmp_path, kafka, ttl="1d")
+    store_topic = topic_factory("ks-store", partitions=1, config={"cleanup.policy": "compact"})
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+    for (key, *_), value in zip(entries, values, strict=True):
+        producer.produce(store_topic, key=key, value=value, timestamp=now + 1_000)
+    producer.produce(store_topic, key=b"c", value=None, timestamp=now + 2_000)  # a delete
+    producer.flush(30)
+    target = str(tmp_path / "from-kafka-streams")
+    result = restore(spark, conf, clients(conf, kafka), target, converter=converter,
+                     source_topic=store_topic)
+    assert result.records_read == 5
+    expected_headers = (("z", b"y"),) if headers_format else ()
+    day = 86_400_000
+    assert rows(spark, target) == {
+        b"a": (b"2", now + 9, expected_headers, now + 9 + day),
+        b"b": (b"", -7, (), -7 + day)}
+
+    producer.produce(store_topic, key=b"d", value=b"\x01\x02", timestamp=now)  # 2 bytes
+    producer.flush(30)
+    with pytest.raises(RestoreError, match=rf"{store_topic} partition 0 offset 5 is not a "
+                                           rf"{converter} value"):
+        restore(spark, conf, clients(conf, kafka), str(tmp_path / "bad"),
+                converter=converter, source_topic=store_topic)
