@@ -42,7 +42,7 @@ from ttl.record import Entry, Headers, InputRecord, ValueTimestampHeaders
 from ttl.store import layout
 from ttl.store.fold import records_table
 from ttl.store.lookup import Lookup
-from ttl.store.write import WriteResult, apply_batch
+from ttl.store.write import WriteResult, write_batch
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +223,7 @@ class DeltaStore:
         # against the new version (lookup, fold, write; the txn id keeps it idempotent).
         done: set[str] = set()
         (result, final), retries = delta_log.retrying(
-            lambda: apply_batch(self.spark, self.path, self.dead_letter_path, table,
+            lambda: write_batch(self.spark, self.path, self.dead_letter_path, table,
                                 sem=self.sem, wall_ms=wall, t0=t0, metadata=meta, txn=txn,
                                 phases=phases, keep_changes=keep_changes, done=done,
                                 lookup=self.lookup, fence=self.check_writable),

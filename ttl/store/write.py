@@ -58,7 +58,7 @@ from ttl.store.fold import batch_keys, fold_table
 from ttl.store.layout import ensure_expired_keys_table, key_hashes, set_properties
 from ttl.store.lookup import PRUNE_KEYS, Lookup
 
-__all__ = ["WriteResult", "apply_batch"]
+__all__ = ["WriteResult", "write_batch"]
 
 log = logging.getLogger(__name__)
 
@@ -383,7 +383,7 @@ def _write_kind(spark, changes, stored, unchanged_since_lookup: bool,
     return "replace" if upserts and replace_supported(spark, _removes(changes)) else "merge"
 
 
-def apply_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semantics,
+def write_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semantics,
                 wall_ms: int, t0: int, metadata: dict,
                 txn: tuple[str, int] | None = None, phases=None,
                 keep_changes: bool = False, done: set[str] | None = None,
