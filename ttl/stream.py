@@ -56,6 +56,7 @@ from ttl.names import (
 )
 from ttl.phases import BatchPhases
 from ttl.progress import bar, move_to
+from ttl.publication import Publication
 from ttl.store.layout import set_properties
 
 log = logging.getLogger(__name__)
@@ -123,9 +124,11 @@ class StreamJob:
         self.lease = lease
         self.sweeper = store.for_thread()  # wall sweeps: own session, same stream time
         self.metrics = Metrics(conf.store.name, conf, kafka)
+        self.publication = Publication(publisher, on_published=self._published,
+                                       on_failure=self._publication_failed)
         self.jobs = schedule.StoreJobs(self.sweeper, conf, lock=self.lock,
-                                       publish=self._publish,
-                                       published=self._published_table_version,
+                                       publish=self.publication.after_current,
+                                       published=self.publication.table_version,
                                        on_sweep=self.metrics.sweep)
         self.jobs.on_fatal = self._job_failed
         self.query = None
@@ -146,8 +149,6 @@ class StreamJob:
         self._last_stream_sweep: int | None = None
         self._catch_up_bar = None  # an --available-now run's progress bar (terminal only)
         self._catch_up_from = 0
-        self._publication: threading.Thread | None = None  # a batch's, in the background
-        self._publication_error: BaseException | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -170,7 +171,8 @@ class StreamJob:
                 signal.signal(sig, lambda *_: self.stop())
             with self.lock:
                 with startup.phase("publish"):
-                    self._publish()  # catch up on versions an earlier run left unpublished
+                    # catch up on versions an earlier run left unpublished
+                    self.publication.after_current()
                 try:
                     with startup.phase("expiry_floor"):
                         eviction.prime_expiry_floor(self.store)
@@ -202,7 +204,7 @@ class StreamJob:
                     self.query.awaitTermination(1)
                 if self.query.exception() is not None:
                     raise self.query.exception()
-                self._await_publication()  # the last batch's; raises what stopped the run
+                self.publication.wait()  # the last batch's; raises what stopped the run
                 if self.batch_error is not None:
                     raise self.batch_error
             except Exception:
@@ -278,7 +280,7 @@ class StreamJob:
 
     def _publish_locked(self):
         with self.lock:
-            return self._publish()
+            return self.publication.after_current()
 
     def _take_lease(self) -> None:
         take_lease(self.lease, self.conf.store.name, self.conf.eviction.lease)
@@ -453,7 +455,7 @@ class StreamJob:
                 with phases.phase("floor"):  # now and then: a start-up reads few commits
                     self.store.raise_stream_time_floor(result.version)
                 with phases.phase("publish_wait"):  # the previous batch's publication
-                    self._await_publication()
+                    self.publication.wait()
                 own = time.monotonic() - phases.started
                 jobs = {"spark_jobs": phases.spark_jobs(),
                         "codegen_compiles": phases.codegen_compiles()}
@@ -461,7 +463,7 @@ class StreamJob:
                 # is published by the next batch, from its own rows.
                 upto = delta_log.latest_version(self.spark, self.store.path)
                 stream_time = self.store.stream_time.value
-                self._publish_behind(result, upto, phases, lambda published: self._batch_done(
+                self.publication.behind(result, upto, phases, lambda published: self._batch_done(
                     batch_id, result, evicted, published, phases, jobs, own, offsets,
                     stream_time))
             finally:
@@ -555,62 +557,15 @@ class StreamJob:
             self._last_stream_sweep = now
         return evicted
 
-    def _publish(self, written=None):
-        """Publish every unpublished version (``_publish_now``), after the batch
-        publication under way, if any: one publisher, used by one thread at a time."""
-        self._await_publication()
-        return self._publish_now(written)
-
-    def _publish_now(self, written=None, until: int | None = None):
-        """Publish every unpublished version (up to ``until``); the batch's own version from
-        the changes it wrote when they are known (no change-feed read), in commit order
-        either way."""
-        if written is not None and written.changes is not None:
-            result = self.publisher.publish_known(written.version, written.changes, until)
-        else:
-            result = self.publisher.publish(until)
+    def _published(self, result) -> None:
         self.summary.published += result.records
         self.metrics.publication(result)
-        return result
 
-    def _publish_behind(self, written, until: int, phases: BatchPhases, done) -> None:
-        """Publish a batch in the background: the next batch reads, looks up, folds and
-        writes meanwhile (its Spark work and this Python/Kafka work overlap), and waits for
-        it before its own publication (``_await_publication``), so versions still go out
-        in commit order through the one publisher. Anything else that publishes (wall
-        sweeps, VACUUM, the shutdown) waits for it too. A failed publication stops the
-        stream with its error (``batch_error``), as a failure inside the batch would."""
-
-        def publish() -> None:
-            try:
-                with phases.phase("publish"):
-                    published = self._publish_now(written, until)
-                done(published)
-            except BaseException as exc:  # noqa: BLE001 - surfaced by the stream's loop
-                self._publication_error = self.batch_error = exc
-                log.error("stream %s: publication failed: %s", self.conf.store.name, exc)
-                self.stop()
-
-        self._publication = threading.Thread(target=publish, name="ttl-publication",
-                                             daemon=True)
-        self._publication.start()
-
-    def _await_publication(self) -> None:
-        """Wait for the batch publication under way, if any; raise its error (every time:
-        the run is ending with it, and nothing may publish past it)."""
-        # Joined before it is forgotten: a second caller (the run's loop is not under the
-        # lock; publishers are) must not see "none under way" while it still runs.
-        thread = self._publication
-        if thread is not None:
-            thread.join()
-            if self._publication is thread:
-                self._publication = None
-        if self._publication_error is not None:
-            raise self._publication_error
-
-    def _published_table_version(self) -> int:
-        """The table version the changelog has (this job's publisher is the only one)."""
-        return self.publisher.progress.version - self.publisher.offset
+    def _publication_failed(self, exc: BaseException) -> None:
+        """A background publication failed: the stream stops with its error."""
+        self.batch_error = exc
+        log.error("stream %s: publication failed: %s", self.conf.store.name, exc)
+        self.stop()
 
     def _account(self, result, evicted: dict, published) -> None:
         s = self.summary
