@@ -133,8 +133,8 @@ CONF = click.option("--conf", "conf_path", type=click.Path(path_type=Path),
                     default=Path("conf/local.toml"), show_default=True, envvar="TTL_CONF",
                     show_envvar=True, help="The store's configuration profile.")
 OUTPUT = click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text",
-                      show_default=True, help="json: one JSON object per entry (bytes as "
-                      "UTF-8 text, or {\"base64\": ...} when they are not UTF-8).")
+                      show_default=True, help="json: one JSON object a line (bytes as UTF-8 "
+                      "text, or {\"base64\": ...} when they are not UTF-8).")
 BOOTSTRAP = click.option("--bootstrap", default=None,
                          help="Override kafka.bootstrap_servers.")
 
@@ -323,44 +323,39 @@ def scan(conf_path: Path, output: str, limit: int) -> None:
 def _entry(key: bytes, entry: dict, output: str) -> str:
     """One entry for people (text, its time in UTC beside the epoch ms) or machines (JSON)."""
     import json
-    from datetime import datetime, timezone
 
-    def text(raw: bytes | None) -> str | dict | None:
-        if raw is None:
-            return None
-        try:
-            return raw.decode()
-        except UnicodeDecodeError:
-            import base64
+    from ttl.display import for_json, shown, utc
 
-            return {"base64": base64.b64encode(raw).decode()}
-
-    headers = [[name, text(value)] for name, value in entry["headers"]]
     if output == "json":
-        return json.dumps({"key": text(key), "value": text(entry["value"]), "ts": entry["ts"],
-                           "headers": headers}, ensure_ascii=False)
-    try:
-        when = datetime.fromtimestamp(entry["ts"] / 1000, tz=timezone.utc).isoformat(
-            timespec="milliseconds").replace("+00:00", "Z")
-    except (OverflowError, OSError, ValueError):  # beyond what a datetime can hold
-        when = "out of calendar range"
-    shown = [f"{name}={value if isinstance(value, str) or value is None else value}"
-             for name, value in headers]
-    value = text(entry["value"])
-    return (f"{text(key)}\tvalue={value}\tts={entry['ts']} ({when})"
-            + (f"\theaders={', '.join(shown)}" if shown else ""))
+        return json.dumps({"key": for_json(key), "value": for_json(entry["value"]),
+                           "ts": entry["ts"],
+                           "headers": [[name, for_json(value)] for name, value in
+                                       entry["headers"]]}, ensure_ascii=False)
+    headers = ", ".join(f"{name}={shown(value)}" for name, value in entry["headers"])
+    return (f"{shown(key)}\tvalue={shown(entry['value'])}\tts={entry['ts']} "
+            f"({utc(entry['ts'])})" + (f"\theaders={headers}" if headers else ""))
 
 
 @main.group("dead-letters", invoke_without_command=True)
 @CONF
+@OUTPUT
 @click.pass_context
-def dead_letters_cmd(ctx: click.Context, conf_path: Path) -> None:
+def dead_letters_cmd(ctx: click.Context, conf_path: Path, output: str) -> None:
     """List the dead letters by reason (read without Spark); `replay` sends some back."""
     ctx.obj = conf_path
     if ctx.invoked_subcommand is None:
-        from ttl import dead_letters
+        import json
 
-        click.echo("\n".join(dead_letters.summary(_app(conf_path).conf)))
+        from ttl import dead_letters
+        from ttl.display import for_json
+
+        conf = _app(conf_path).conf
+        if output == "text":
+            click.echo("\n".join(dead_letters.summary(conf)))
+            return
+        for row in dead_letters.by_reason(conf):
+            click.echo(json.dumps({**row, "latest_keys": [for_json(k) for k in
+                                                           row["latest_keys"]]}))
 
 
 @dead_letters_cmd.command("replay")
@@ -424,8 +419,8 @@ def restore_cmd(conf_path: Path, bootstrap: str | None, target: str | None,
 @main.command("drill")
 @CONF
 @BOOTSTRAP
-@click.option("--report", type=click.Path(path_type=Path), default=None,
-              help="Write the JSON report here.")
+@click.option("--out", "--report", "report", type=click.Path(path_type=Path), default=None,
+              help="Write the JSON report to this file (--report: the older spelling).")
 @click.option("--topic", "source_topic", default=None, help="Drill against this topic.")
 def drill_cmd(conf_path: Path, bootstrap: str | None, report: Path | None,
               source_topic: str | None) -> None:

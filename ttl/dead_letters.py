@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from ttl.clock import wall_ms_or_now
 from ttl.config import Config
+from ttl.display import shown, utc
 from ttl.errors import ReplayIncomplete, StoreMissing
 from ttl.kafka import KafkaClients
 from ttl.names import sibling
@@ -50,8 +51,9 @@ def _replayed_path(conf: Config) -> str:
     return sibling(conf.store.path, REPLAYED_SUFFIX)
 
 
-def summary(conf: Config, samples: int = 3) -> list[str]:
-    """One line per reason: how many, when first and last, replayed, sample keys."""
+def by_reason(conf: Config, samples: int = 3) -> list[dict]:
+    """Per reason, most first: how many, when the first and last were rejected (epoch ms),
+    how many were replayed, and the latest keys (``None`` for a record without one)."""
     from deltalake import DeltaTable
 
     has_replayed = DeltaTable.is_deltatable(_replayed_path(conf))
@@ -62,16 +64,25 @@ def summary(conf: Config, samples: int = 3) -> list[str]:
     rows = _query(conf, f"SELECT d.reason, count(*) AS n, min(d.rejected_at) AS first, "
                         f"max(d.rejected_at) AS last, {replayed} AS replayed FROM dead d "
                         f"{join} GROUP BY d.reason ORDER BY n DESC, d.reason").to_pylist()
-    if not rows:
-        return ["no dead letters"]
-    lines = []
+    out = []
     for r in rows:
         keys = _query(conf, f"SELECT key FROM dead WHERE reason = '{_sql_str(r['reason'])}' "
                             f"ORDER BY rejected_at DESC LIMIT {int(samples)}")["key"].to_pylist()
-        shown = ", ".join("(null key)" if k is None else repr(bytes(k)) for k in keys)
-        lines.append(f"{r['reason']}: {r['n']} (rejected {r['first']}..{r['last']}, "
-                     f"replayed {r['replayed']}); latest keys: {shown}")
-    return lines
+        out.append({"reason": r["reason"], "count": r["n"], "first_rejected_ms": r["first"],
+                    "last_rejected_ms": r["last"], "replayed": r["replayed"],
+                    "latest_keys": [None if k is None else bytes(k) for k in keys]})
+    return out
+
+
+def summary(conf: Config, samples: int = 3) -> list[str]:
+    """One line per reason: how many, when first and last (UTC), replayed, sample keys."""
+    rows = by_reason(conf, samples)
+    if not rows:
+        return ["no dead letters"]
+    return [f"{r['reason']}: {r['count']} (rejected {utc(r['first_rejected_ms'])}.."
+            f"{utc(r['last_rejected_ms'])}, replayed {r['replayed']}); latest keys: "
+            + ", ".join("(null key)" if k is None else shown(k) for k in r["latest_keys"])
+            for r in rows]
 
 
 def _sql_str(text: str) -> str:

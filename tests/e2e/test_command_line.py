@@ -7,6 +7,7 @@ measured seconds.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from datetime import datetime, timezone
@@ -165,8 +166,6 @@ def test_status_get_scan_and_health_read_the_store_without_spark(spark, kafka, t
     """Operability 2: on a store the engine wrote and published, `ttl status --json`,
     `get`, `scan` and `health` answer in seconds without starting Spark (no JVM in their
     output), with the engine's own figures."""
-    import json
-
     from ttl.app import App
     from ttl.config import load
     from ttl.record import InputRecord
@@ -237,7 +236,11 @@ def test_dead_letters_are_listed_by_reason_and_replayed_once_after_a_fix(spark, 
     assert listed.returncode == 0, listed.stderr
     lines = listed.stdout.splitlines()
     assert [line.split(":")[0] for line in lines] == ["null_key", "value_too_large"], lines
-    assert "replayed 0); latest keys: b'big'" in lines[1]
+    assert "replayed 0); latest keys: big" in lines[1] and "Z.." in lines[1]  # UTC times
+    as_json = ttl("dead-letters", "--conf", str(conf_path), "-o", "json", timeout=60)
+    docs = [json.loads(line) for line in as_json.stdout.splitlines()]
+    assert [(d["reason"], d["count"], d["latest_keys"]) for d in docs] == [
+        ("null_key", 1, [None]), ("value_too_large", 1, ["big"])], as_json.stderr
     conf_path.write_text(conf_path.read_text().replace("max_value_bytes = 100",
                                                        "max_value_bytes = 1000"))  # the fix
     replayed = ttl("dead-letters", "--conf", str(conf_path), "replay", "--reason",
