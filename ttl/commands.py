@@ -23,7 +23,7 @@ from ttl.changelog.format import table_version
 from ttl.changelog.progress import published_progress
 from ttl.changelog.publisher import table_at_path
 from ttl.config import Config, parse_ttl_ms
-from ttl.errors import ConfigError, PublisherFenced, RestoreError
+from ttl.errors import ConfigError, PublisherFenced, RestoreError, TtlError
 from ttl.local import sample
 from ttl.names import progress_topic
 from ttl.phases import BatchPhases
@@ -183,7 +183,10 @@ def health(app: App, require_stream: bool) -> object:
     """``ttl health``: an exit code for probes (``ttl.status.health``)."""
 
     if app.kafka_reachable:
-        app.check_kafka()
+        try:
+            app.check_kafka()
+        except TtlError as exc:  # a probe's answer is its exit code: 1, with the reason
+            return status_mod.Health(False, [exc.operator_message().splitlines()[0]])
     return status_mod.health(app.conf, app.kafka if app.kafka_reachable else None,
                              require_stream=require_stream)
 

@@ -344,3 +344,5 @@ def test_a_missing_store_is_one_line_naming_the_path_and_the_action(tmp_path):
         assert proc.returncode == 2 and len(lines) == 1, (words, proc.stderr[-2000:])
         assert lines[0].startswith("error: no Delta table at ") and str(missing) in lines[0]
         assert "ttl restore" in lines[0]
+    probe = ttl("health", "--conf", str(profile), timeout=60)  # brokers unreachable
+    assert probe.returncode == 1 and probe.stdout.startswith("unhealthy: Kafka at 127.0.0.1:1")
