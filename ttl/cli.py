@@ -264,6 +264,34 @@ def schedule_cmd(conf_path: Path) -> None:
     commands.schedule_daemon(_app(conf_path, one_shot=False))
 
 
+@main.group("config")
+def config_group() -> None:
+    """Check a profile, or print its JSON Schema (no table, no broker touched)."""
+
+
+@config_group.command("check")
+@CONF
+def config_check(conf_path: Path) -> None:
+    """Validate a profile: exit 0 and a summary, or one error line naming the setting."""
+    from ttl import config
+
+    conf = config.load(conf_path)
+    click.echo(f"ok: {conf_path}: store {conf.store.name} at {conf.store.path} "
+               f"(ttl {conf.store.ttl if conf.store.ttl is not None else 'none'} ms), "
+               f"input {conf.kafka.input_topic} -> changelog {conf.kafka.changelog_topic} on "
+               f"{conf.kafka.bootstrap_servers}, Spark {conf.spark.master}")
+
+
+@config_group.command("schema")
+def config_schema() -> None:
+    """Print the profile's JSON Schema (also conf/profile.schema.json)."""
+    import json
+
+    from ttl import config
+
+    click.echo(json.dumps(config.json_schema(), indent=2, sort_keys=True))
+
+
 @main.group()
 def topic() -> None:
     """Create or check the changelog topics."""

@@ -22,9 +22,11 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
+from pydantic.json_schema import SkipJsonSchema
 
 try:
     import tomllib
@@ -105,10 +107,16 @@ def same_location(a: str, b: str) -> bool:
     return norm(a) == norm(b)
 
 
+#: What a duration setting accepts, for the profile's JSON Schema (``ttl config schema``).
+_DURATION_SCHEMA = WithJsonSchema({
+    "description": "a duration: '500ms', '30s', '5m', '2h', '7d', or integer milliseconds",
+    "anyOf": [{"type": "string", "pattern": _DURATION.pattern}, {"type": "integer"}]})
+
 Location = Annotated[str, BeforeValidator(absolute_location)]
-DurationMs = Annotated[int, BeforeValidator(parse_duration_ms), Field(gt=0)]
-NonNegDurationMs = Annotated[int, BeforeValidator(parse_duration_ms), Field(ge=0)]
-TtlMs = Annotated[int, BeforeValidator(parse_ttl_ms), Field(gt=0)]
+DurationMs = Annotated[int, BeforeValidator(parse_duration_ms), Field(gt=0), _DURATION_SCHEMA]
+NonNegDurationMs = Annotated[int, BeforeValidator(parse_duration_ms), Field(ge=0),
+                             _DURATION_SCHEMA]
+TtlMs = Annotated[int, BeforeValidator(parse_ttl_ms), Field(gt=0), _DURATION_SCHEMA]
 
 
 class _Section(BaseModel):
@@ -328,7 +336,17 @@ class Config(_Section):
     stream: StreamConfig
     spark: SparkConfig = SparkConfig()
     metrics: MetricsConfig = MetricsConfig()
-    source: str = "<memory>"
+    source: SkipJsonSchema[str] = "<memory>"  # the file it came from, for messages
+
+
+def json_schema() -> dict[str, Any]:
+    """The profile's JSON Schema (``ttl config schema``; ``conf/profile.schema.json``), for
+    editors and CI checks of profiles."""
+    schema = Config.model_json_schema(mode="validation")
+    schema["title"] = "ttl profile"
+    schema["description"] = ("A ttl store's configuration profile (TOML). "
+                             "Validate one with `ttl config check --conf FILE`.")
+    return schema
 
 
 def load(path: str | Path) -> Config:

@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 import pytest
 
 from tests.e2e.test_stream_job import ttl, write_conf, write_profile
+from ttl.config import REPO_ROOT
 from ttl.local.process import free_port
 
 pytestmark = pytest.mark.e2e
@@ -346,3 +347,18 @@ def test_a_missing_store_is_one_line_naming_the_path_and_the_action(tmp_path):
         assert "ttl restore" in lines[0]
     probe = ttl("health", "--conf", str(profile), timeout=60)  # brokers unreachable
     assert probe.returncode == 1 and probe.stdout.startswith("unhealthy: Kafka at 127.0.0.1:1")
+
+
+def test_config_check_validates_a_profile_without_touching_a_table(tmp_path):
+    ok = ttl("config", "check", "--conf", "conf/cluster.example.toml", timeout=60,
+             cwd=REPO_ROOT)
+    assert ok.returncode == 0 and ok.stdout.startswith("ok: conf/cluster.example.toml: store "
+                                                       "sessions at s3a://"), ok.stderr
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[store]\nname = "x"\npath = "/nowhere"\nttl = "soon"\n')
+    refused = ttl("config", "check", "--conf", str(bad), timeout=60)
+    lines = refused.stderr.strip().splitlines()
+    assert refused.returncode == 2 and len(lines) == 1 and "store.ttl" in lines[0], lines
+    assert not (tmp_path / "nowhere").exists()
+    schema = ttl("config", "schema", timeout=60)
+    assert json.loads(schema.stdout)["title"] == "ttl profile"
