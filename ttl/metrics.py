@@ -105,19 +105,37 @@ class TableFigures:
         with self._lock:
             values = dict(self._values)
         store = self.conf.store.name
-        for key, name, doc in (
-                ("expired", "ttl_expired_not_swept", "Entries past their expiry that no "
-                 "sweep has removed yet (read every 30 s)"),
-                ("drill_match", "ttl_last_drill_match", "1 if the last restore drill "
-                 "matched the table, 0 if not"),
-                ("drill_at", "ttl_last_drill_timestamp_seconds", "When the last restore "
-                 "drill started (epoch seconds)"),
-                ("lag_seconds", "ttl_changelog_lag_seconds", "Age of the oldest table "
-                 "version not yet on the changelog (0: everything published)")):
+        for key, name, doc in TABLE_FIGURES:
             if key in values:
                 family = GaugeMetricFamily(name, doc, labels=["store"])
                 family.add_metric([store], values[key])
                 yield family
+
+
+#: The gauges read from the tables in the background (``TableFigures``): (its key, metric
+#: name, help).
+TABLE_FIGURES = (
+    ("expired", "ttl_expired_not_swept", "Entries past their expiry that no sweep has "
+     "removed yet (read every 30 s)"),
+    ("drill_match", "ttl_last_drill_match", "1 if the last restore drill matched the "
+     "table, 0 if not"),
+    ("drill_at", "ttl_last_drill_timestamp_seconds", "When the last restore drill started "
+     "(epoch seconds)"),
+    ("lag_seconds", "ttl_changelog_lag_seconds", "Age of the oldest table version not yet "
+     "on the changelog (0: everything published)"),
+)
+
+
+def exported_names(metrics: Metrics) -> set[str]:
+    """Every sample name ``/metrics`` can show (a counter's ``_total``, a histogram's
+    ``_bucket``, ``_sum`` and ``_count``), for dashboards and alert rules to be checked
+    against."""
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"),
+                "gauge": ("",)}
+    names = {family.name + suffix for family in metrics.registry.collect()
+             if family.name.startswith("ttl_")
+             for suffix in suffixes.get(family.type, ("",))}
+    return names | {name for _, name, _ in TABLE_FIGURES}
 
 
 class Metrics:
