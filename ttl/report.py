@@ -75,8 +75,9 @@ def collect(conf: Config, *, wall_ms: int | None = None, kafka=None) -> dict:
         meta = commit.decode(c.get("userMetadata"))
         what = (meta or {}).get("op") or c.get("operation")
         metrics = c.get("operationMetrics") or {}
+        took = metrics.get("executionTimeMs")  # not every operation records it
         commits.append({"version": c["version"], "what": what,
-                        "seconds": int(metrics.get("executionTimeMs", 0)) / 1000,
+                        "seconds": int(took) / 1000 if took is not None else None,
                         "at": c["timestamp"]})
         if meta and meta.get("op") == OP_SWEEP and int(metrics.get("numDeletedRows", 0)):
             sweeps.append((c["version"], meta.get("clock", "wall"), int(meta["t"])))
@@ -128,18 +129,24 @@ def _bars(title: str, counts: dict[str, int], chart: str, xlabel: str) -> str:
 
 
 def _commits_chart(commits: list[dict]) -> str:
+    """Each recent commit's write time by its kind; commits whose operation records no time
+    are left out (and counted in the title), never drawn at 0 s."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 3.2))
-    kinds = sorted({c["what"] for c in commits})
+    timed = [c for c in commits if c["seconds"] is not None]
+    untimed = len(commits) - len(timed)
+    fig, ax = plt.subplots(figsize=(9, 3.4))
+    kinds = sorted({c["what"] for c in timed})
     for kind in kinds:
-        mine = [c for c in commits if c["what"] == kind]
-        ax.scatter([c["version"] for c in mine], [c["seconds"] for c in mine], label=kind, s=14)
-    ax.set_title("write time of the recent commits")
+        mine = [c for c in timed if c["what"] == kind]
+        ax.scatter([c["version"] for c in mine], [c["seconds"] for c in mine], label=kind, s=18)
+    ax.set_title("write time of the recent commits"
+                 + (f" ({untimed} without a recorded time left out)" if untimed else ""))
     ax.set_xlabel("table version")
     ax.set_ylabel("seconds")
-    if kinds:
-        ax.legend(fontsize=7)
+    ax.set_ylim(bottom=0)
+    if kinds:  # beside the plot, where no point hides under it
+        ax.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     svg = _svg(fig)
     plt.close(fig)
     return svg
@@ -168,19 +175,30 @@ def render(data: dict) -> str:
     matplotlib.use("Agg")
     matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text: the numbers are readable
 
-    sections = [
-        ("expiry", "Entries by time to expiry",
-         _bars("live entries by time to expiry", data["expiry"], "expiry", "expires in")),
-    ]
+    def said(text: str) -> str:
+        return f"<p class='none'>{html.escape(text)}</p>"
+
+    live = data["expiry"]
+    sections = [("expiry", "Entries by time to expiry",
+                 _bars("live entries by time to expiry", live, "expiry", "expires in")
+                 if any(live.values()) else said("No live entries: nothing expires."))]
+    swept = False
     for clock in ("wall", "stream"):
         counts = data["lateness"][clock]
         if any(counts.values()):
+            swept = True
             sections.append((f"lateness-{clock}", f"Eviction lateness ({clock} clock)",
                              _bars(f"evicted entries by lateness ({clock} clock)", counts,
                                    f"lateness-{clock}", "swept after expiring by")))
-    sections.append(("commits", "Recent commits", _commits_chart(data["commits"])))
-    if data["drills"]:
-        sections.append(("drills", "Drill history", _drills_chart(data["drills"])))
+    if not swept:
+        sections.append(("lateness", "Eviction lateness",
+                         said(f"No sweep in the last {COMMITS} commits evicted an entry.")))
+    sections.append(("commits", "Recent commits", _commits_chart(data["commits"])
+                     if data["commits"] else said("No commits.")))
+    sections.append(("drills", "Drill history", _drills_chart(data["drills"])
+                     if data["drills"] else said(
+                         "No restore drill has run yet: `ttl drill`, or drill.interval on "
+                         "`ttl schedule`.")))
     lag = data["changelog_lag_versions"]
     facts = [("store", data["store"]), ("table", data["table"]),
              ("table version", data["table_version"]), ("clock", data["clock"]),
