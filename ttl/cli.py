@@ -61,7 +61,7 @@ def main(verbose: bool, log_format: str) -> None:
 def setup(rebuild_class_archive: bool) -> None:
     """Resolve the JVM jars (Delta, Spark's Kafka connector, the Kafka broker) once, and
     build the local driver's class-data archive (a faster Spark start)."""
-    from ttl.deploy import archive_build
+    from ttl import archive_build
     from ttl.jvm import jars, log_store
 
     started = time.monotonic()
@@ -484,7 +484,7 @@ def submit_cmd(conf_path: Path, print_only: bool, packages_flag: bool, deploy_mo
                job: Path, job_args: tuple[str, ...]) -> None:
     """Run a job (jobs/stream.py, evict.py, drill.py, restore.py) with spark-submit, from the
     profile: master, settings, jars, the ttl wheel; arguments after -- go to the job."""
-    from ttl.deploy.submit import submit
+    from ttl.submit import submit
 
     sys.exit(submit(conf_path, job, list(job_args), print_only=print_only,
                     packages_flag=packages_flag, deploy_mode=deploy_mode))

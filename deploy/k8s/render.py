@@ -6,7 +6,7 @@
 
 The Spark settings are the ones ``deploy/submit`` passes for the same profile:
 ``conf/spark-defaults.conf`` overlaid with
-``ttl.deploy.submit.spark_settings(conf, local_python=False)``.
+``ttl.submit.spark_settings(conf, local_python=False)``.
 The one change: the log4j2 file named by ``-Dlog4j2.configurationFile`` is the image's copy
 (``/opt/ttl/conf/log4j2.properties``, see the Dockerfile), not this checkout's path.
 """
@@ -21,9 +21,9 @@ from pathlib import Path
 import yaml
 
 from ttl.config import REPO_ROOT, Config, load
-from ttl.deploy.submit import packages, spark_settings
 from ttl.jvm import jars
 from ttl.spark import LOG4J2, SPARK_DEFAULTS, read_spark_defaults
+from ttl.submit import packages, spark_settings
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_PROFILE = REPO_ROOT / "conf" / "cluster.example.toml"

@@ -22,8 +22,8 @@ from click.testing import CliRunner
 
 from ttl.cli import main as cli
 from ttl.config import load
-from ttl.deploy.submit import packages, spark_settings
 from ttl.spark import LOG4J2, SPARK_DEFAULTS, read_spark_defaults
+from ttl.submit import packages, spark_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"

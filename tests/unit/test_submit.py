@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ttl import submit
 from ttl.config import CONF_DIR
-from ttl.deploy import submit
 
 CLUSTER = CONF_DIR / "cluster.example.toml"
 LOCAL = CONF_DIR / "local.toml"

@@ -6,7 +6,7 @@ two-record ``ttl run --available-now`` took about 35 s, and its first Delta oper
 7-8 s on a cold JVM. Java's application class-data sharing (a *dynamic* CDS archive, JDK 13+)
 stores those classes parsed and verified in one file that the next JVMs map read-only.
 
-``ttl setup`` builds the archive once (``ttl.deploy.archive_build``, which sits above the
+``ttl setup`` builds the archive once (``ttl.archive_build``, which sits above the
 application it runs): it runs the embedded demo (a local broker, a stream
 with sweeps, publication and shutdown) in a JVM started with ``-XX:ArchiveClassesAtExit``,
 so the archive holds what a real run loads. ``ttl.spark.session_settings`` then adds
