@@ -37,3 +37,25 @@ def test_dead_letter_replay_takes_its_own_conf():
     replay = main.commands["dead-letters"].commands["replay"]
     ctx = replay.make_context("replay", ["--conf", "x.toml", "--reason", "null_key"])
     assert str(ctx.params["conf_path"]) == "x.toml"
+
+
+def test_produce_sample_takes_the_profiles_brokers_and_says_when_it_cannot():
+    result = CliRunner().invoke(main, ["produce-sample", "--conf", "conf/local.toml"])
+    assert result.exit_code == 2 and "give --bootstrap HOST:PORT" in result.output
+    option = next(p for p in main.commands["produce-sample"].params if p.name == "bootstrap")
+    assert not option.required
+
+
+def test_drill_writes_its_report_with_out_like_report_and_still_takes_report():
+    drill = main.commands["drill"]
+    assert drill.make_context("drill", ["--out", "d.json"]).params["report"].name == "d.json"
+    assert drill.make_context("drill", ["--report", "d.json"]).params["report"].name == "d.json"
+
+
+def test_submit_prints_the_spark_submit_command_from_the_profile(capsys):
+    result = CliRunner().invoke(main, ["submit", "--print", "--conf", "conf/local.toml",
+                                       "jobs/stream.py", "--", "--available-now"])
+    printed = result.output + capsys.readouterr().out
+    assert result.exit_code == 0, printed
+    assert "spark-submit --master 'local[*]'" in printed
+    assert printed.rstrip().endswith("jobs/stream.py --conf conf/local.toml --available-now")
