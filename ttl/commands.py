@@ -18,6 +18,7 @@ from ttl import restore as restore_mod
 from ttl import status as status_mod
 from ttl import upgrade as upgrade_mod
 from ttl.app import App, with_kafka
+from ttl.bars import SparkProgress, bar, move_to
 from ttl.changelog import continuity, topic
 from ttl.changelog.format import table_version
 from ttl.changelog.progress import published_progress
@@ -27,7 +28,6 @@ from ttl.errors import ConfigError, PublisherFenced, RestoreError, TtlError
 from ttl.local import sample
 from ttl.names import progress_topic
 from ttl.phases import BatchPhases
-from ttl.progress import SparkProgress, bar, move_to
 from ttl.store import DeltaStore
 from ttl.stream import StreamJob, take_lease
 

@@ -32,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ttl import commit, config, delta_log, eviction
+from ttl.bars import SparkProgress, bar, move_to
 from ttl.changelog import topic
 from ttl.changelog.format import version_offset
 from ttl.changelog.progress import published_progress
@@ -58,7 +59,6 @@ from ttl.names import (
     progress_topic,
 )
 from ttl.phases import BatchPhases
-from ttl.progress import SparkProgress, bar, move_to
 from ttl.store import layout
 from ttl.timestamps import expiry_column
 

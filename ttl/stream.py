@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass, field
 
 from ttl import commit, delta_log, eviction, input_position, schedule
+from ttl.bars import bar, move_to
 from ttl.config import Config
 from ttl.errors import (
     CheckpointAhead,
@@ -55,7 +56,6 @@ from ttl.names import (
     query_name,
 )
 from ttl.phases import BatchPhases
-from ttl.progress import bar, move_to
 from ttl.publication import Publication
 from ttl.store.layout import set_properties
 

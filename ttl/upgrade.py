@@ -21,12 +21,12 @@ from __future__ import annotations
 import logging
 
 from ttl import delta_log
+from ttl.bars import bar
 from ttl.clock import Clock, WallClock
 from ttl.config import Config
 from ttl.errors import LayoutError
 from ttl.names import PROP_FORMAT
 from ttl.names import PROP_UPGRADE_FROM as PROP_FROM_VERSION
-from ttl.progress import bar
 from ttl.store import layout
 from ttl.timestamps import NO_TIMESTAMP, expiry_column
 

@@ -23,7 +23,7 @@ def _read_all(fd: int) -> str:
 
 
 def test_a_bar_draws_on_a_terminal_and_stays_silent_on_a_pipe():
-    from ttl.progress import bar, move_to
+    from ttl.bars import bar, move_to
 
     master, slave = os.openpty()
     with os.fdopen(slave, "w") as terminal:

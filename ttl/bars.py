@@ -1,4 +1,5 @@
-"""Progress of long work: Spark actions that run for minutes, and bars for people.
+"""Progress bars for people: Spark actions that run for minutes, and long loops (``ttl.bars``;
+not the changelog's progress record, which is ``ttl.changelog.progress``).
 
 A restore of a large changelog is a single bounded read: without this the operator sees
 nothing between "reading" and "writing". Spark's status tracker knows how many tasks of
