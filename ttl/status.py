@@ -26,6 +26,7 @@ from ttl.changelog.format import table_version
 from ttl.changelog.progress import published_progress
 from ttl.clock import batch_clock, recovered_stream_time, stream_time_floor, wall_ms_or_now
 from ttl.config import Config
+from ttl.display import utc
 from ttl.errors import ScanBlocked, StoreMissing
 from ttl.lease import LEASE_ID
 from ttl.names import (
@@ -391,7 +392,9 @@ def human(out: dict[str, object]) -> list[str]:
         if key == _RAW:
             continue
         if key == "last sweep" and isinstance(value, dict):
-            value = (f"version {value['version']}: {value['clock']} clock at T={value['t']}, "
-                     f"evicted {value['evicted']}, at {value['at']}")
+            value = (f"version {value['version']}: {value['clock']} clock at T={value['t']} "
+                     f"({utc(value['t'])}), evicted {value['evicted']}, at {value['at']}")
+        elif key == "stream time" and isinstance(value, int):
+            value = f"{value} ({utc(value)})"
         lines.append(f"{key:>26}: {'none' if value is None else value}")
     return lines

@@ -23,3 +23,11 @@ def test_figures_are_numbers_or_null_and_a_null_says_why():
     assert doc["lease"] == {"holder": "x", "until_ms": 9} and doc["dead_letters"] == 0
     assert all(" " not in key for key in doc)
     assert status._RAW not in "\n".join(status.human(out))
+
+
+def test_human_lines_show_stream_time_in_utc_beside_the_epoch_ms():
+    lines = status.human({"stream time": 1_700_000_000_000,
+                          "last sweep": {"version": 4, "clock": "wall", "t": 0, "evicted": 2,
+                                         "at": "2026-11-26 09:00:00"}})
+    assert lines[0].endswith("stream time: 1700000000000 (2023-11-14T22:13:20.000Z)")
+    assert "T=0 (1970-01-01T00:00:00.000Z)" in lines[1]
