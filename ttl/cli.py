@@ -175,7 +175,7 @@ def produce_sample(conf_path: Path, bootstrap: str | None, keys: int, records: i
     from ttl.local import sample
 
     app = _app(conf_path, bootstrap)
-    if app.conf.kafka.bootstrap_servers == "embedded":
+    if bootstrap is None and app.conf.kafka.bootstrap_servers == "embedded":
         raise click.UsageError("the profile's kafka.bootstrap_servers is 'embedded' (a "
                                "broker of ttl run's own): give --bootstrap HOST:PORT")
     app.check_kafka()
@@ -425,11 +425,9 @@ def publish_cmd(conf_path: Path, bootstrap: str | None, reseed: bool) -> None:
 @click.option("--until-version", type=int, default=None, help="Stop at this ttl.version.")
 @click.option("--until-offsets", default=None, metavar="P:O,...",
               help="Read each changelog partition P up to offset O (exclusive), e.g. 0:120,1:98.")
-@click.option("--converter", type=click.Choice(["engine", "plain", "kafka-streams",
-                                               "kafka-streams-headers"]), default="engine",
-              help="plain: a foreign changelog (value bytes, record timestamp, headers); "
-                   "kafka-streams(-headers): a Kafka Streams timestamped (header-aware) "
-                   "key-value store's changelog.")
+@click.option("--converter", type=click.Choice(["engine", "plain"]), default="engine",
+              help="plain: a foreign changelog as it is (value bytes, record timestamp, "
+                   "headers), such as a Kafka Streams store's.")
 @click.option("--topic", "source_topic", default=None, help="Read this topic instead.")
 def restore_cmd(conf_path: Path, bootstrap: str | None, target: str | None,
                 until_version: int | None, until_offsets: str | None, converter: str,
@@ -471,7 +469,8 @@ def upgrade_cmd(conf_path: Path, rollback: bool) -> None:
     click.echo(commands.upgrade(_app(conf_path), rollback))
 
 
-@main.command("submit", context_settings={"ignore_unknown_options": True})
+@main.command("submit", context_settings={"ignore_unknown_options": True,
+                                          "allow_interspersed_args": False})
 @CONF
 @click.option("--print", "print_only", is_flag=True, help="Print the command; run nothing.")
 @click.option("--packages", "packages_flag", is_flag=True,

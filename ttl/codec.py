@@ -70,7 +70,7 @@ wrong type raise ``TypeError``.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 
 from ttl.errors import CodecError
 from ttl.timestamps import INT64_MAX, INT64_MIN, NO_TIMESTAMP  # NO_TIMESTAMP encodes like any other
@@ -82,13 +82,10 @@ __all__ = [
     "INT64_MIN",
     "NO_TIMESTAMP",
     "PLAIN_VALUE_TIMESTAMP",
-    "BAD_VALUE",
-    "STORE_CONVERTERS",
     "CodecError",
     "Header",
     "decode_headers",
     "decode_legacy_timestamped",
-    "decode_store_changelog",
     "decode_timestamped",
     "decode_value_timestamp_headers",
     "encode_headers",
@@ -472,55 +469,3 @@ def decode_legacy_timestamped(raw: bytes | None) -> tuple[bytes, int, list[Heade
         return None
     value, ts = decoded
     return value, ts, []
-
-
-# --- a Kafka Streams store's changelog, read by a restore ---------------------------------------
-
-#: The restore converters that read a Kafka Streams store's changelog, and whether its
-#: values are header-aware (else KIP-258 timestamped).
-STORE_CONVERTERS = {"kafka-streams": False, "kafka-streams-headers": True}
-#: Marks the error a record raises, inside the restore's Spark job, whose value is not in
-#: its converter's format (``ttl.restore`` turns it into a ``RestoreError`` naming it).
-BAD_VALUE = "ttl-restore-bad-value:"
-
-
-def decode_store_changelog(batches: Iterable, *, with_headers: bool) -> Iterator:
-    """A Kafka Streams store changelog's records, as Arrow batches of ``key``, ``value``,
-    ``headers``, ``partition``, ``offset``, ``append_ts``, turned into the restore's
-    converted rows: ``value`` and ``ts`` (and, ``with_headers``, the entry's headers) from
-    the value's bytes; the record's own headers otherwise. A null value (the store's delete)
-    stays a tombstone. Runs on Spark's Python workers (``mapInArrow``), which import this
-    module alone: it needs pyarrow and nothing else of ``ttl``."""
-    import pyarrow as pa
-
-    header = pa.struct([("key", pa.string()), ("value", pa.binary())])
-    schema = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("ts", pa.int64()),
-                        ("headers", pa.list_(header)), ("record_ttl", pa.int64()),
-                        ("version", pa.int64()), ("stream_time", pa.int64()),
-                        ("partition", pa.int32()), ("offset", pa.int64()),
-                        ("append_ts", pa.int64())])
-    for batch in batches:
-        values, stamps, headers = [], [], []
-        rows = zip(batch.column("value").to_pylist(), batch.column("headers").to_pylist(),
-                   batch.column("append_ts").to_pylist(), batch.column("partition").to_pylist(),
-                   batch.column("offset").to_pylist(), strict=True)
-        for raw, own, append_ts, partition, offset in rows:
-            try:
-                if raw is None:  # a delete: the key leaves the restored table
-                    value, ts, found = None, append_ts, own
-                elif with_headers:
-                    value, ts, pairs = decode_value_timestamp_headers(raw)
-                    found = [{"key": k, "value": v} for k, v in pairs]
-                else:
-                    (value, ts), found = decode_timestamped(raw), own
-            except CodecError as exc:
-                raise CodecError(f"{BAD_VALUE}{partition}:{offset}: {exc}") from None
-            values.append(value)
-            stamps.append(ts)
-            headers.append(found or [])
-        nothing = pa.nulls(batch.num_rows, pa.int64())
-        yield pa.RecordBatch.from_arrays(
-            [batch.column("key"), pa.array(values, pa.binary()), pa.array(stamps, pa.int64()),
-             pa.array(headers, pa.list_(header)), nothing, nothing, nothing,
-             batch.column("partition").cast(pa.int32()), batch.column("offset"),
-             batch.column("append_ts")], schema=schema)

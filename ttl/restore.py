@@ -37,7 +37,6 @@ from ttl.changelog import topic
 from ttl.changelog.format import version_offset
 from ttl.changelog.progress import published_progress
 from ttl.changelog.reader import (
-    bad_value_error,
     bounded_ends,
     convert,
     live_last,
@@ -206,17 +205,11 @@ def restore(spark, conf: Config, kafka: KafkaClients, target: str, *,
             try:
                 with result.phases.phase("read"), result.bar, \
                         SparkProgress(spark, result.report_reading):
-                    try:
-                        stats = keyed.agg(F.coalesce(F.sum("n"), F.lit(0)).alias("n"),
-                                          F.max("v").alias("v"), F.max("st").alias("st"),
-                                          F.min("beyond").alias("beyond"),
-                                          F.max("t_in").alias("t_in"),
-                                          F.max("v_all").alias("v_all")).first()
-                    except Exception as exc:
-                        bad = bad_value_error(exc, name, converter)
-                        if bad is None:
-                            raise
-                        raise bad from None
+                    stats = keyed.agg(F.coalesce(F.sum("n"), F.lit(0)).alias("n"),
+                                      F.max("v").alias("v"), F.max("st").alias("st"),
+                                      F.min("beyond").alias("beyond"),
+                                      F.max("t_in").alias("t_in"),
+                                      F.max("v_all").alias("v_all")).first()
                 result.records_read = stats.n
                 if until_version is not None or until_offsets is not None:
                     beyond = stats.beyond if until_offsets is None else _first_append_after(

@@ -372,7 +372,10 @@ def machine(out: dict[str, object]) -> dict[str, object]:
             continue
         value = out[label]
         if isinstance(value, str) and key not in ("store", "table"):
-            unknown[key] = value.removeprefix("unknown").strip(" :()") or "unknown"
+            reason = value.removeprefix("unknown").strip().removeprefix(":").strip()
+            if reason.startswith("(") and reason.endswith(")"):
+                reason = reason[1:-1]
+            unknown[key] = reason or "unknown"
             value = None
         doc[key] = value
     held = raw.get("lease")

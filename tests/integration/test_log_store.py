@@ -3,6 +3,8 @@ returns what Delta's own ``HDFSLogStore`` returns, from any start, on a real tab
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from deltalake import DeltaTable
 
@@ -38,6 +40,8 @@ def test_file_log_store_lists_what_delta_lists_from_every_start(spark, table_pat
         store.apply_records(recs((b"k%d" % i, b"v", NOW + i)))
     eviction.sweep(store, "wall", NOW + 5_000)
     DeltaTable(table_path).create_checkpoint()
+    # a file copied in from elsewhere, a colon in its name (Hadoop lists it; so must we)
+    (Path(table_path) / "_delta_log" / f"{9:020d}.json:Zone.Identifier").write_text("x")
     log = f"file:{table_path}/_delta_log"
     starts = [f"{log}/{v:020d}." for v in (0, 1, 7, 12, 13, 99)]
     starts += [f"{log}/{v:020d}.checkpoint.parquet" for v in (0, 10)]
@@ -49,6 +53,7 @@ def test_file_log_store_lists_what_delta_lists_from_every_start(spark, table_pat
     everything = _listing(spark, "ttl.delta.FileLogStore", f"{log}/{0:020d}.")
     names = [p.rsplit("/", 1)[1] for p, _, _ in everything]
     assert f"{13:020d}.json" in names and "_last_checkpoint" in names
+    assert f"{9:020d}.json:Zone.Identifier" in names
     assert not any(n.startswith(".") for n in names)  # Hadoop's checksums stay hidden
 
 

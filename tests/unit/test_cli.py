@@ -59,3 +59,15 @@ def test_submit_prints_the_spark_submit_command_from_the_profile(capsys):
     assert result.exit_code == 0, printed
     assert "spark-submit --master 'local[*]'" in printed
     assert printed.rstrip().endswith("jobs/stream.py --conf conf/local.toml --available-now")
+    # the job's own options after it go to the job, even those submit has (--conf)
+    later = CliRunner().invoke(main, ["submit", "--print", "jobs/drill.py", "--conf", "x.toml"])
+    assert later.exit_code == 0
+    assert (later.output + capsys.readouterr().out).rstrip().endswith(
+        "jobs/drill.py --conf conf/local.toml --conf x.toml")
+
+
+def test_produce_sample_with_bootstrap_is_not_refused_for_an_embedded_profile():
+    from ttl import cli
+
+    app = cli._app(cli.Path("conf/local.toml"), "127.0.0.1:1")
+    assert app.kafka.bootstrap == "127.0.0.1:1"  # what the command then produces to

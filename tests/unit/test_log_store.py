@@ -31,3 +31,10 @@ def test_the_jar_is_named_after_its_source_and_the_pinned_versions():
     other = dataclasses.replace(pinned, delta="9.9.9")
     assert log_store.jar_path(pinned) != log_store.jar_path(other)
     assert log_store.jar_path(pinned).parent == jars.cache_root() / "jars"
+
+
+def test_a_profile_with_deltas_older_store_setting_keeps_it(monkeypatch):
+    """Delta refuses ``spark.delta.logStore.file.impl`` beside ``spark.delta.logStore.class``."""
+    monkeypatch.setattr(log_store, "built", lambda versions=None: JAR)
+    old = {"spark.jars": "/a.jar", "spark.delta.logStore.class": "x.Y"}
+    assert log_store.add_to(old) == old

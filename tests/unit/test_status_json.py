@@ -13,13 +13,15 @@ def test_figures_are_numbers_or_null_and_a_null_says_why():
            "expired, not yet swept": "unknown (many deletion-vector files)",
            "stream time": None, "last sweep": None, "dead letters": 0, "lease": "x until 9",
            "changelog lag (versions)": "unknown (embedded broker not running)",
+           "changelog lag (seconds)": "unknown (version 5 is gone from the log)",
            status._RAW: {"clock": "wall", "now_ms": 5, "lease": ("x", 9)}}
     doc = json.loads(status.to_json(out))
     assert doc["table_version"] == 7 and doc["clock"] == "wall" and doc["now_ms"] == 5
     assert doc["live_entries"] is None and doc["changelog_lag_versions"] is None
     assert doc["unknown"] == {"live_entries": "many deletion-vector files",
                               "expired_not_swept": "many deletion-vector files",
-                              "changelog_lag_versions": "embedded broker not running"}
+                              "changelog_lag_versions": "embedded broker not running",
+                              "changelog_lag_seconds": "version 5 is gone from the log"}
     assert doc["lease"] == {"holder": "x", "until_ms": 9} and doc["dead_letters"] == 0
     assert all(" " not in key for key in doc)
     assert status._RAW not in "\n".join(status.human(out))

@@ -8,10 +8,8 @@ table from it.
 
 from __future__ import annotations
 
-import functools
 import json
 
-from ttl import codec
 from ttl.errors import RestoreError
 from ttl.kafka import KafkaClients
 from ttl.names import ENGINE_PREFIX, HEADER_STREAM_TIME, HEADER_TS, HEADER_TTL, HEADER_VERSION
@@ -80,17 +78,17 @@ def read_topic(spark, kafka: KafkaClients, name: str, ends: dict[int, int], span
 
 
 #: The record converters a restore reads a changelog with (``--converter``).
-CONVERTERS = ("engine", "plain", *codec.STORE_CONVERTERS)
+CONVERTERS = ("engine", "plain")
 
 
 def convert(records, converter: str):
     """Kafka rows -> (key, value, ts, headers, record_ttl, version, stream_time, ...).
 
     ``engine``: our own changelog (its headers carry ts, TTL, version, stream time);
-    ``plain``: a foreign one taken as it is (value bytes, record timestamp, headers);
-    ``kafka-streams``/``kafka-streams-headers``: a Kafka Streams timestamped (or
-    header-aware) key-value store's changelog, each value decoded by ``ttl.codec`` (its
-    timestamp, and its headers) on Spark's Python workers."""
+    ``plain``: a foreign one taken as it is (value bytes, record timestamp, headers), such
+    as a Kafka Streams store's: its changelog carries each entry's plain value with the
+    entry's timestamp as the record's (and, for a header-aware store, its headers as the
+    record's); the timestamped layouts of ``ttl.codec`` exist only inside the store."""
     from pyspark.sql import functions as F
 
     headers = F.coalesce("headers", F.array().cast(layout.HEADERS_TYPE))
@@ -100,12 +98,6 @@ def convert(records, converter: str):
         return F.try_element_at(found, F.lit(-1))["value"].cast("string").try_cast("bigint")
 
     kafka_ts = F.unix_millis("timestamp")
-    if converter in codec.STORE_CONVERTERS:
-        source = records.select("key", "value", headers.alias("headers"), "partition",
-                                "offset", kafka_ts.alias("append_ts"))
-        decode = functools.partial(codec.decode_store_changelog,
-                                   with_headers=codec.STORE_CONVERTERS[converter])
-        return source.mapInArrow(decode, CONVERTED_SCHEMA)
     if converter == "plain":
         return records.select(
             "key", "value", kafka_ts.alias("ts"), headers.alias("headers"),
@@ -123,24 +115,6 @@ def convert(records, converter: str):
         header(HEADER_VERSION).alias("version"),
         header(HEADER_STREAM_TIME).alias("stream_time"), "partition", "offset",
         kafka_ts.alias("append_ts"))
-
-
-#: What every converter gives, in this order.
-CONVERTED_SCHEMA = ("key binary, value binary, ts bigint, headers "
-                    f"{layout.HEADERS_TYPE}, record_ttl bigint, version bigint, "
-                    "stream_time bigint, partition int, offset bigint, append_ts bigint")
-
-
-def bad_value_error(exc: Exception, name: str, converter: str) -> RestoreError | None:
-    """The ``RestoreError`` for a job that failed on a value not in ``converter``'s format
-    (``codec.BAD_VALUE``), naming the record; ``None`` for any other failure."""
-    text = str(exc)
-    if codec.BAD_VALUE not in text:
-        return None
-    where, _, why = text.split(codec.BAD_VALUE, 1)[1].partition(": ")
-    partition, _, offset = where.partition(":")
-    return RestoreError(f"changelog {name} partition {partition} offset {offset} is not a "
-                        f"{converter} value: {why.splitlines()[0]} (is --converter right?)")
 
 
 #: Marks the error a key found in two changelog partitions raises inside the write's job.

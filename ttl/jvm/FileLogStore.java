@@ -46,7 +46,12 @@ public class FileLogStore extends HDFSLogStore {
         }
         String[] names = dir.list();
         if (names == null) {
-            throw new FileNotFoundException("No such directory: " + path.getParent());
+            // Delta reads FileNotFoundException as "no table here": only for a missing
+            // directory, never for one that cannot be read (permissions, no descriptors left).
+            if (!dir.exists()) {
+                throw new FileNotFoundException("No such directory: " + path.getParent());
+            }
+            throw new IOException("Cannot list " + dir + " (permissions, or an I/O error)");
         }
         String from = path.getName();
         boolean checksummed = fs instanceof LocalFileSystem;
@@ -60,7 +65,10 @@ public class FileLogStore extends HDFSLogStore {
                 continue;
             }
             try {
-                found.add(fs.getFileStatus(new Path(path.getParent(), name)));
+                // A name as a path of its own, as Hadoop's listStatus makes it, so a colon
+                // in it (a copied file's "x.json:Zone.Identifier") is no URI scheme.
+                Path file = new Path(path.getParent(), new Path(null, null, name));
+                found.add(fs.getFileStatus(file));
             } catch (FileNotFoundException gone) {
                 // removed since the directory was read (a log clean-up): as listStatus does
             }

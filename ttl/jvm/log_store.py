@@ -84,7 +84,9 @@ def add_to(settings: dict[str, str]) -> dict[str, str]:
     when the jar is built and the settings name no store of their own (pure but for the
     jar's existence)."""
     jar = built()
-    if jar is None or SETTING in settings:
+    # Delta refuses a scheme's store beside ``spark.delta.logStore.class`` (older profiles
+    # set that one): a profile that names either keeps its own.
+    if jar is None or SETTING in settings or "spark.delta.logStore.class" in settings:
         return settings
     current = settings.get("spark.jars", "")
     return {**settings, SETTING: CLASS,
