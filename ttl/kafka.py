@@ -125,15 +125,13 @@ class KafkaClients:
         """Per partition (first offset, last stable offset), or ``None`` if the topic is
         missing. ``read_committed`` readers stop at the last stable offset: it is where a
         catch-up or a restore ends, and the difference bounds the records between."""
-        from confluent_kafka import TopicPartition
-
         consumer = self.consumer()
         try:
             meta = consumer.list_topics(topic, timeout=30).topics.get(topic)
             if meta is None or meta.error is not None:
                 return None
-            return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
-                    for p in meta.partitions}
+            deadline = time.monotonic() + 30
+            return {p: watermark_offsets(consumer, topic, p, deadline) for p in meta.partitions}
         finally:
             consumer.close()
 
@@ -222,3 +220,23 @@ class KafkaClients:
                         f"{source}: {refused[-1]}") from None
         raise KafkaUnreachable(f"Kafka at {self.bootstrap} (kafka.bootstrap_servers in "
                                f"{source}) did not answer within {timeout:.0f} s")
+
+
+def watermark_offsets(consumer, topic: str, partition: int, deadline: float) -> tuple[int, int]:
+    """A partition's (low, high) watermarks. A topic created a moment ago has no leader yet,
+    which the broker answers with a retriable error: ask again until ``deadline``
+    (``time.monotonic``), then raise it."""
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+    while True:
+        try:
+            return consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=max(1.0, deadline - time.monotonic()))
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            retriable = isinstance(err, KafkaError) and (err.retriable() or err.code() in (
+                KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                KafkaError.UNKNOWN_TOPIC_OR_PART))
+            if not retriable or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)

@@ -11,10 +11,10 @@ import json
 import time
 from dataclasses import dataclass, field, replace
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
 from ttl.errors import ProgressUnreadable
-from ttl.kafka import KafkaClients
+from ttl.kafka import KafkaClients, watermark_offsets
 
 PROGRESS_KEY = b"progress"
 
@@ -51,7 +51,7 @@ def read_progress(kafka: KafkaClients, topic: str, timeout: float = 30.0) -> Pro
     consumer = kafka.consumer(**{"enable.partition.eof": True})
     try:
         deadline = time.monotonic() + timeout
-        low, high = _watermarks(consumer, topic, deadline)
+        low, high = watermark_offsets(consumer, topic, 0, deadline)
         # The last 200 offsets hold the last progress, unless aborted transactions (records
         # a committed reader skips, and their markers) filled them: then the whole
         # (compacted, small) topic.
@@ -66,23 +66,6 @@ def read_progress(kafka: KafkaClients, topic: str, timeout: float = 30.0) -> Pro
         return Progress()
     finally:
         consumer.close()
-
-
-def _watermarks(consumer, topic: str, deadline: float) -> tuple[int, int]:
-    """The progress partition's watermarks; a topic created a moment ago has no leader yet
-    (a retriable error), so ask again until ``deadline``."""
-    while True:
-        try:
-            return consumer.get_watermark_offsets(
-                TopicPartition(topic, 0), timeout=max(1.0, deadline - time.monotonic()))
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            retriable = isinstance(err, KafkaError) and (err.retriable() or err.code() in (
-                KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
-                KafkaError.UNKNOWN_TOPIC_OR_PART))
-            if not retriable or time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
 
 
 def _last_progress(consumer, topic: str, start: int, high: int, deadline: float,
