@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -36,6 +37,12 @@ def build_wheel(out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     for old in out_dir.glob("ttl-*.whl"):
         old.unlink()
+    # setuptools builds in the tree's build/ and never removes what it copied there before:
+    # a module since moved or deleted would ship in the wheel beside its successor.
+    for stale in (REPO_ROOT / "build").glob("lib*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    for stale in (REPO_ROOT / "build").glob("bdist.*"):
+        shutil.rmtree(stale, ignore_errors=True)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
                     "-q", "-w", str(out_dir), str(REPO_ROOT)], check=True)
     return next(out_dir.glob("ttl-*.whl"))

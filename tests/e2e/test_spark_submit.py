@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+import zipfile
 
 import pytest
 
@@ -16,6 +17,9 @@ pytestmark = pytest.mark.e2e
 def test_stream_job_runs_through_spark_submit(spark, kafka, tmp_path):
     conf_path = write_conf(tmp_path, kafka)
     produce(kafka, conf_path, crafted(int(time.time() * 1000)))
+    stale = REPO_ROOT / "build" / "lib" / "ttl" / "moved_away.py"  # a module deleted since
+    stale.parent.mkdir(parents=True, exist_ok=True)
+    stale.write_text("raise ImportError('a module that no longer exists')\n")
     proc = subprocess.run(
         [str(REPO_ROOT / "deploy" / "submit"), "--conf", str(conf_path),
          str(REPO_ROOT / "jobs" / "stream.py"), "--", "--available-now"],
@@ -23,7 +27,9 @@ def test_stream_job_runs_through_spark_submit(spark, kafka, tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "records=11" in proc.stdout
     assert set(table_rows(spark, load(conf_path).store.path)) == {b"a", b"b", b"c"}
-    assert list((REPO_ROOT / "build" / "dist").glob("ttl-*.whl")), "the wheel was shipped"
+    (wheel,) = (REPO_ROOT / "build" / "dist").glob("ttl-*.whl")  # the wheel was shipped
+    shipped = zipfile.ZipFile(wheel).namelist()
+    assert "ttl/commands.py" in shipped and "ttl/moved_away.py" not in shipped
 
 
 def test_print_shows_the_full_command_without_running_it(tmp_path):
