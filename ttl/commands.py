@@ -102,7 +102,6 @@ def run(conf: Config, *, available_now: bool = False, demo_seconds: int | None =
 
 
 def _demo_feeder(app: App, job, seconds: int) -> threading.Thread:
-
     spec = sample.SampleSpec(records=int(seconds * 25), rate=50.0)
     feeder = threading.Thread(target=sample.produce, daemon=True, args=(app.kafka, spec),
                               kwargs={"stop": job.stopping})
@@ -231,7 +230,6 @@ class _DaemonPublisher:
         self.publisher = None
 
     def publish(self) -> object:
-
         if self.publisher is None:
             self.publisher = self.app.publisher()
         try:

@@ -151,7 +151,6 @@ class StoreConfig(_Section):
 
     @model_validator(mode="after")
     def _limits_fit_a_changelog_record(self) -> StoreConfig:
-
         need = self.max_value_bytes + self.max_headers_bytes + CHANGELOG_OVERHEAD
         if need > self.max_record_bytes:
             raise ValueError(

@@ -203,7 +203,6 @@ class Lease:
             return self._renew()
 
     def _renew(self) -> bool:
-
         started = self.monotonic.now_ms()
         now = self.clock.now_ms()
         try:
@@ -272,7 +271,6 @@ class Lease:
         return True
 
     def _fence(self) -> str | None:
-
         if not delta_log.is_delta_table(self.spark, self.store_path):
             return None
         return delta_log.properties(self.spark, self.store_path).get(PROP_LEASE_FENCE)

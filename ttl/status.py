@@ -197,10 +197,9 @@ def status(conf: Config, kafka=None, *, wall_ms: int | None = None) -> dict[str,
         "expired, not yet swept": (counts["total"] - counts["live"]
                                    if isinstance(counts["live"], int) else counts["live"]),
         "stream time": stream_time, "last sweep": view.last_sweep(), "dead letters": dead,
-        "lease": lease(conf, wall),
+        "lease": _held(held := lease_holder(conf, wall)),
     }
-    out[_RAW] = {"clock": conf.eviction.clock, "now_ms": now,
-                 "lease": lease_holder(conf, wall)}
+    out[_RAW] = {"clock": conf.eviction.clock, "now_ms": now, "lease": held}
     if progress is None:
         out["changelog lag (versions)"] = ("unknown (embedded broker not running)"
                                            if kafka is None else NO_PROGRESS_TOPIC)
@@ -253,9 +252,8 @@ def lease_holder(conf: Config, wall_ms: int) -> tuple[str, int] | None:
     return None
 
 
-def lease(conf: Config, wall_ms: int) -> str:
+def _held(held: tuple[str, int] | None) -> str:
     """``free``, or who holds the lease live and until when (epoch ms)."""
-    held = lease_holder(conf, wall_ms)
     return "free" if held is None else f"{held[0]} until {held[1]}"
 
 

@@ -257,7 +257,6 @@ class StreamJob:
             raise first
 
     def _serve_metrics(self, port: int) -> None:
-
         try:
             self.metrics.serve(port)
         except OSError as exc:

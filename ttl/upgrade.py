@@ -53,7 +53,6 @@ def detect(spark, path: str) -> int:
 def upgrade_in_place(spark, conf: Config, *, clock: Clock | None = None) -> str:
     """Steps 1-4 of the module docstring; each is idempotent, so a rerun resumes."""
 
-
     path, ttl = conf.store.path, conf.store.ttl
     if detect(spark, path) == 3:
         return f"{path} is already format v3"
