@@ -130,7 +130,8 @@ def evict(app: App, clock: str, now_ms: int | None, dry_run: bool,
     with app.claimed(not dry_run) as skipped:
         if skipped is not None:
             return skipped
-        result = _sweep_with_a_bar(store, clock, now_ms, dry_run)
+        result = eviction.measure_lateness(store, _sweep_with_a_bar(store, clock, now_ms,
+                                                                    dry_run))
         lines = [result.summary()]
         if result.sample_keys:
             lines.append(f"sample keys: "

@@ -234,11 +234,13 @@ class MaintenanceConfig(_Section):
     publisher's worst lag plus the drills' time-travel window (checked before each run)."""
 
     optimize_interval: DurationMs | None = 6 * 3_600_000
-    #: What OPTIMIZE orders the files by (a Z-order): ``expires_at`` keeps a sweep to the
-    #: files that hold due entries; ``key_hash`` lets a lookup and a small batch's write read
-    #: only the files that can hold its keys, and makes a sweep read every file
-    #: (docs/performance.md says when each pays).
-    cluster_by: Literal["expires_at", "key_hash"] = "expires_at"
+    #: What OPTIMIZE orders the files by: ``expires_at`` (a Z-order) keeps a sweep to the
+    #: files that hold due entries; ``key_hash`` (a Z-order) lets a lookup and a small
+    #: batch's write read only the files that can hold its keys, and makes a sweep read
+    #: every file; ``both`` groups the files by expiry and orders each group by
+    #: ``key_hash``, so each reads about the square root of the files (docs/performance.md
+    #: says when each pays).
+    cluster_by: Literal["expires_at", "key_hash", "both"] = "expires_at"
     #: The file size OPTIMIZE aims at (Delta's ``optimize.maxFileSize``, 1 GiB by default;
     #: a Z-order writes the table's size over it, rounded down, so a file may be up to
     #: twice it): the smaller the files, the narrower their ranges and the more files a

@@ -28,6 +28,7 @@ from ttl.delta_log import retrying
 from ttl.errors import ConfigError, VacuumRefused
 from ttl.expiry_floor import NEVER, earliest_expiry
 from ttl.names import EXPIRED_KEYS_SUFFIX, OP_ALTER, OP_SWEEP, PROP_TTL, sibling
+from ttl.store import ordering
 from ttl.store.layout import set_properties, ttl_property
 from ttl.timestamps import expiry_column
 
@@ -76,7 +77,11 @@ def expired_predicate(t: int) -> str:
 
 def sweep(store, clock: SweepClock, t: int | None = None, *, dry_run: bool = False,
           sample: int = 10) -> SweepResult:
-    """Delete exactly the entries with ``expires_at <= T`` in one commit (or count them)."""
+    """Delete exactly the entries with ``expires_at <= T`` in one commit (or count them).
+
+    The lateness of what it evicted is measured apart (``measure_lateness``): it reads the
+    sweep's change data again, as long as the DELETE took on a big table, so callers that
+    hold the store's lock measure it after releasing it."""
     started = time.monotonic()
     t = sweep_time(store, clock) if t is None else t
     result = SweepResult(clock, t, dry_run=dry_run)
@@ -142,27 +147,46 @@ def _earliest_expiry(store, version: int, table_id: str) -> int | None:
 
 
 def _record_outcome(store, result: SweepResult, before: int) -> None:
-    """Find the sweep's commit (by its id, after version ``before``) for the evicted count
-    and lateness."""
-    from pyspark.sql import functions as F
-
+    """Find the sweep's commit (by its id, after version ``before``) for the evicted count."""
     found = delta_log.find_commit(store.spark, store.path, op=OP_SWEEP, key="sweep_id",
                                   value=result.sweep_id, since=before)
     if found is None:  # nothing matched: Delta made no commit
         return
     result.version = found.version
     result.evicted = found.metric("numDeletedRows")
-    if result.evicted:
-        gone = (store.spark.read.format("delta").option("readChangeFeed", "true")
-                .option("startingVersion", result.version)
-                .option("endingVersion", result.version).load(store.path)
-                .where("_change_type = 'delete'"))
-        # try_subtract: expires_at may sit near -2^63 (ANSI mode raises on overflow)
-        late = F.expr(f"try_subtract({int(result.t)}, expires_at)")
-        row = gone.select(F.percentile_approx(late, [0.5, 0.99]).alias("q"),
-                          F.max(late).alias("max")).first()
-        q = row.q or (None, None)  # None when every lateness saturated (int64 edges)
-        result.lateness_ms = {"p50": q[0], "p99": q[1], "max": row["max"]}
+
+
+def measure_lateness(store, result: SweepResult) -> SweepResult:
+    """Fill ``result.lateness_ms`` (p50, p99 and max of T - ``expires_at`` over the evicted
+    entries) from the sweep's own commit's change data; nothing for a sweep that evicted
+    nothing. It reads every file the sweep touched, so it is kept out of the sweep (and of
+    the store's lock); the version stays readable until VACUUM's retention passes. A
+    failure loses only the figure (a warning), never the sweep."""
+    if not result.evicted or result.version is None or result.dry_run:
+        return result
+    try:
+        _lateness(store, result)
+    except Exception:  # noqa: BLE001 - a figure, not the eviction
+        log.warning("could not measure the lateness of the %s sweep at T=%s", result.clock,
+                    result.t, exc_info=True)
+    return result
+
+
+def _lateness(store, result: SweepResult) -> None:
+    from pyspark.sql import functions as F
+
+    gone = (store.spark.read.format("delta").option("readChangeFeed", "true")
+            .option("startingVersion", result.version)
+            .option("endingVersion", result.version).load(store.path)
+            .where("_change_type = 'delete'"))
+    # try_subtract: expires_at may sit near -2^63 (ANSI mode raises on overflow)
+    late = F.expr(f"try_subtract({int(result.t)}, expires_at)")
+    row = gone.select(F.percentile_approx(late, [0.5, 0.99]).alias("q"),
+                      F.max(late).alias("max")).first()
+    q = row.q or (None, None)  # None when every lateness saturated (int64 edges)
+    result.lateness_ms = {"p50": q[0], "p99": q[1], "max": row["max"]}
+    log.info("%s sweep at T=%s: lateness ms p50=%s p99=%s max=%s", result.clock, result.t,
+             q[0], q[1], row["max"])
 
 
 # -- TTL changes ----------------------------------------------------------------------------
@@ -267,15 +291,18 @@ OPTIMIZE_MAX_FILE_SIZE = "spark.databricks.delta.optimize.maxFileSize"
 def optimize(store, cluster_by: str = "expires_at",
              file_bytes: int = 128 * 2**20) -> None:
     """Compact small files and order them by ``cluster_by`` (``expires_at``: sweeps skip more
-    files; ``key_hash``: lookups and small batches' writes do), in files of at most
-    ``file_bytes``; then checkpoint in the background when one is due (other writers'
-    commits too)."""
-    if cluster_by not in ("expires_at", "key_hash"):
-        raise ValueError(f"maintenance.cluster_by = {cluster_by!r}: expected expires_at or "
-                         "key_hash")
+    files; ``key_hash``: lookups and small batches' writes do; ``both``: expiry groups
+    ordered by key, ``ttl.store.ordering``), in files of at most ``file_bytes``; then
+    checkpoint in the background when one is due (other writers' commits too)."""
+    if cluster_by not in ("expires_at", "key_hash", "both"):
+        raise ValueError(f"maintenance.cluster_by = {cluster_by!r}: expected expires_at, "
+                         "key_hash or both")
 
     def compact() -> None:
         store.check_writable()
+        if cluster_by == "both":
+            ordering.rewrite(store.spark, store.path, file_bytes)
+            return
         conf = store.spark.conf
         before = conf.get(OPTIMIZE_MAX_FILE_SIZE, None)
         conf.set(OPTIMIZE_MAX_FILE_SIZE, str(file_bytes))

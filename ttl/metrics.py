@@ -230,6 +230,11 @@ class Metrics:
         if result is None or not result.evicted or result.dry_run:
             return
         self.evicted.labels(self.store, result.clock).inc(result.evicted)
+        self.sweep_lateness(result)
+
+    def sweep_lateness(self, result) -> None:
+        """A sweep's lateness, when it was measured (``eviction.measure_lateness``, which
+        the stream runs after its batch)."""
         median = (result.lateness_ms or {}).get("p50")
         if median is not None:
             self.lateness.labels(self.store, result.clock).observe(max(0.0, median / 1000))

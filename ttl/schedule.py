@@ -89,6 +89,8 @@ class StoreJobs:
     def wall_sweep(self) -> eviction.SweepResult | None:
         result = self._guarded("wall sweep", lambda: eviction.sweep(self.store, "wall"))
         if result is not None:
+            # outside the lock: batches need not wait for it
+            eviction.measure_lateness(self.store, result)  # type: ignore[arg-type]
             self.last_sweep = result  # type: ignore[assignment]
             self.evicted_total += result.evicted  # type: ignore[union-attr]
             if self.on_sweep is not None:

@@ -552,6 +552,12 @@ class StreamJob:
         if due:
             swept = eviction.sweep(self.store, "stream", now)
             self.metrics.sweep(swept)
+            if swept.evicted:  # after the batch, outside the lock: it reads the change data
+
+                def lateness(result=swept) -> None:
+                    self.metrics.sweep_lateness(eviction.measure_lateness(self.store, result))
+
+                self.store.in_background("ttl-sweep-lateness", lateness)
             evicted["stream"] = swept.evicted
             self._last_stream_sweep = now
         return evicted

@@ -3,20 +3,25 @@
     .venv/bin/python -m tests.bench.big_state                         # 1M and 10M keys
     .venv/bin/python -m tests.bench.big_state --sizes 1000000,100000000   # opt-in, long
     .venv/bin/python -m tests.bench.big_state --sizes 1000000 --layout unclustered
+    .venv/bin/python -m tests.bench.big_state --layout clustered,both,expiry  # side by side
 
 For each size N, one table at a time (built, measured, removed):
 
 1. **build**: N keys written straight into a v3 store table by Spark, in files of
    ``--rows-per-file`` rows; ``clustered`` (the default) gives each file a narrow
    ``key_hash`` range; ``unclustered`` spreads every file over the whole range, as appends
-   do; ``expiry`` orders the files by ``expires_at``, as a Z-order by it does. 1,000 of
+   do; ``expiry`` orders the files by ``expires_at``, as a Z-order by it does; ``both``
+   groups them by expiry and orders each group by ``key_hash``, as OPTIMIZE does for
+   ``maintenance.cluster_by = "both"`` (``ttl.store.ordering``). 1,000 of
    the keys are due at the sweep's T, the rest live for a week.
 2. **open**: a ``DeltaStore`` opened on it (layout checks, stream-time recovery, the
    dead-letter table), as every command and the stream's start do.
 3. **batches** through ``DeltaStore.apply_batch``: ``--batches`` of 20 updates of stored
    keys, as many of 20 new keys, and two of ``--w2`` uniform updates (W2); the median
    commit time of each kind, with its lookup and write phases, and W2's records/s.
-4. **sweeps**: the one that evicts the 1,000 due entries, then one with nothing due.
+4. **sweeps**: the one that evicts the 1,000 due entries (its lateness measured apart, as
+   the stream does after the batch), then one with nothing due. The store's bound on the
+   earliest expiry is primed at open, as the stream's start does.
 5. **status** (``ttl status``'s reads, delta-rs), the metrics' table figures (read in the
    background) and a **scrape** of them.
 6. **memory**: the driver's peak RSS (Python) and the JVM's used heap after the batches.
@@ -45,7 +50,8 @@ from ttl.config import StoreConfig, from_dict
 from ttl.jvm import log_store
 from ttl.phases import BatchPhases
 from ttl.spark import get_session
-from ttl.store import DeltaStore
+from ttl.store import DeltaStore, ordering
+from ttl.store.lookup import PRUNE_KEYS
 
 NOW = 1_700_000_000_000
 TTL = 7 * 86_400_000
@@ -76,6 +82,9 @@ def build(spark, path: str, keys: int, rows_per_file: int, layout: str) -> float
         rows = rows.repartitionByRange(files, "key_hash").sortWithinPartitions("key_hash")
     elif layout == "expiry":
         rows = rows.repartitionByRange(files, "expires_at").sortWithinPartitions("expires_at")
+    elif layout == "both":  # what OPTIMIZE writes for maintenance.cluster_by = "both"
+        groups = ordering.expiry_groups(files, PRUNE_KEYS)
+        rows = ordering.ordered(rows, files, ordering.group_bounds(rows, groups))
     else:
         rows = rows.repartition(files)
     rows.write.format("delta").mode("append").save(path)
@@ -121,16 +130,19 @@ def _jvm_heap_mb(spark) -> float:
     return (runtime.totalMemory() - runtime.freeMemory()) / 2**20
 
 
-def measure(spark, keys: int, args) -> dict[str, float]:
+def measure(spark, keys: int, args, layout: str) -> dict[str, float]:
     work = Path(tempfile.mkdtemp(prefix="ttl-big-", dir=args.dir))
     try:
         path = str(work / "store")
         conf = StoreConfig(name="big", path=path, ttl=TTL)
         DeltaStore(spark, conf, wall_clock=FixedClock(NOW))  # creates the empty table
-        out = {"build_s": build(spark, path, keys, args.rows_per_file, args.layout)}
+        out = {"build_s": build(spark, path, keys, args.rows_per_file, layout)}
         started = time.monotonic()
         store = DeltaStore(spark, conf, wall_clock=FixedClock(NOW))
         out["open_s"] = time.monotonic() - started
+        started = time.monotonic()
+        eviction.prime_expiry_floor(store)  # as the stream does before its query
+        out["prime_floor_s"] = time.monotonic() - started
         for name, new in (("update20", False), ("new20", True)):
             figures = _timed_batches(spark, store, keys, 20, args.batches, 1_000, new)
             out.update({f"{name}_{k}": v for k, v in figures.items() if k != "records_per_s"})
@@ -140,6 +152,9 @@ def measure(spark, keys: int, args) -> dict[str, float]:
         store.wall_clock.set(SWEEP_T)
         swept = eviction.sweep(store, "wall")
         out["sweep_due_s"], out["sweep_evicted"] = swept.seconds, swept.evicted
+        started = time.monotonic()
+        eviction.measure_lateness(store, swept)  # outside the lock, after the sweep
+        out["sweep_lateness_s"] = time.monotonic() - started
         out["sweep_none_s"] = eviction.sweep(store, "wall").seconds
         profile = from_dict({"store": {"name": "big", "path": path, "ttl": "7d"},
                              "kafka": {"input_topic": "x", "changelog_topic": "y"},
@@ -256,8 +271,9 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000000,10000000",
                         help="Comma-separated key counts; ratios are to the first.")
     parser.add_argument("--rows-per-file", type=int, default=100_000)
-    parser.add_argument("--layout", choices=("clustered", "unclustered", "expiry"),
-                        default="clustered")
+    parser.add_argument("--layout", default="clustered",
+                        help="clustered, unclustered, expiry or both; a comma-separated "
+                             "list measures each, side by side.")
     parser.add_argument("--batches", type=int, default=5)
     parser.add_argument("--w2", type=int, default=100_000)
     parser.add_argument("--dir", default=None, help="Where the tables go (default: /tmp).")
@@ -283,14 +299,34 @@ def main() -> None:
         _ratios(results, sizes)
         return
     sizes = [int(s) for s in args.sizes.split(",")]
-    for keys in sizes:
-        print(f"N={keys:,} keys ({args.layout}, {args.rows_per_file:,} rows a file)",
-              flush=True)
-        results[keys] = measure(spark, keys, args)
-        for k, v in results[keys].items():
-            print(f"  {k:24} {v:12,.3f}" if isinstance(v, float) else f"  {k:24} {v:12,}",
+    layouts = args.layout.split(",")
+    unknown = set(layouts) - {"clustered", "unclustered", "expiry", "both"}
+    if unknown:
+        parser.error(f"--layout: unknown {', '.join(sorted(unknown))}")
+    for keys in sizes:  # each size once per layout, so layouts compare in one sitting
+        for layout in layouts:
+            print(f"N={keys:,} keys ({layout}, {args.rows_per_file:,} rows a file)",
                   flush=True)
-    _ratios(results, sizes)
+            results[layout, keys] = measure(spark, keys, args, layout)
+            for k, v in results[layout, keys].items():
+                print(f"  {k:24} {v:12,.3f}" if isinstance(v, float) else f"  {k:24} {v:12,}",
+                      flush=True)
+    for layout in layouts:
+        if len(sizes) > 1:
+            print(f"\n{layout}:", end="")
+            _ratios({k: results[layout, k] for k in sizes}, sizes)
+    if len(layouts) > 1:
+        _side_by_side(results, layouts, sizes)
+
+
+def _side_by_side(results: dict, layouts: list[str], sizes: list[int]) -> None:
+    """Each figure of every layout, per size: one table to compare layouts by."""
+    for keys in sizes:
+        print(f"\nN={keys:,}: " + " / ".join(layouts))
+        for name in results[layouts[0], keys]:
+            row = " / ".join(f"{results[lay, keys].get(name, float('nan')):,.3f}"
+                             for lay in layouts)
+            print(f"  {name:24} {row}")
 
 
 def _ratios(results: dict, sizes: list[int]) -> None:

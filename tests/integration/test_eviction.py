@@ -57,7 +57,8 @@ def test_boundary_negative_timestamps_no_ttl_and_per_record_ttl(spark, table_pat
     assert eviction.sweep(store, "wall", NOW + 50).evicted == 1          # short, exactly at T
     assert eviction.sweep(store, "wall", NOW + 99).evicted == 0          # T - 1 for edge
     first = eviction.sweep(store, "wall", NOW + 100)
-    assert first.evicted == 1 and first.lateness_ms["max"] == 0
+    assert first.evicted == 1 and not first.lateness_ms  # measured apart, out of the lock
+    assert eviction.measure_lateness(store, first).lateness_ms["max"] == 0
     assert eviction.sweep(store, "wall", NOW + 100).evicted == 0         # idempotent
     assert eviction.sweep(store, "wall", NOW + 200).evicted == 1         # negative ts entry
     assert keys(store) == {b"long"}
@@ -171,8 +172,15 @@ def test_scheduled_wall_sweeps_evict_idle_keys_with_expire_tombstones(spark, kaf
     publisher = Publisher(spark, table_path, "ev", clients(conf, kafka),
                           conf.changelog)
     app = App(conf, spark=spark)
+    seen = []
+
+    def on_sweep(result) -> None:  # the lock is free again, the lateness measured
+        assert jobs.lock.acquire(blocking=False)
+        jobs.lock.release()
+        seen.append(result)
+
     jobs = schedule.StoreJobs(store, conf, publish=publisher.publish, guard=app.guard,
-                              release=app.release)
+                              release=app.release, on_sweep=on_sweep)
     scheduler = schedule.build(conf, jobs, blocking=False)
     scheduler.start()
     try:
@@ -184,6 +192,8 @@ def test_scheduled_wall_sweeps_evict_idle_keys_with_expire_tombstones(spark, kaf
     assert all(dict(m.headers())["ttl.op"] == b"expire" and
                dict(m.headers())["ttl.clock"] == b"wall" for m in tombstones)
     assert jobs.last_sweep is not None
+    evicting = [r for r in seen if r.evicted]
+    assert evicting and all(r.lateness_ms["p50"] >= 0 for r in evicting)
 
 
 def test_a_standalone_sweep_skips_while_another_process_holds_the_lease(spark, table_path):
@@ -338,7 +348,7 @@ def test_sweeping_an_entry_near_the_int64_floor_reports_its_lateness(spark, tabl
     """Lateness (T - expires_at) must not overflow after the DELETE committed."""
     store = make_store(spark, table_path, ttl=1_000, clock="stream")
     store.apply_records(recs((b"ancient", b"v", -(2**63) + 1)))  # stream time unset: stored
-    result = eviction.sweep(store, "wall", NOW)
+    result = eviction.measure_lateness(store, eviction.sweep(store, "wall", NOW))
     assert result.evicted == 1 and result.lateness_ms["max"] is None  # saturated, not raised
 
 

@@ -103,3 +103,38 @@ def test_a_batch_publication_fenced_in_the_background_stops_the_run_with_that_er
     takers[0].close()
     state = Lease(spark, store.path).current()
     assert state is None or state.owner is None, state
+
+
+def test_a_stream_sweeps_lateness_is_measured_after_its_batch_and_reaches_the_metrics(
+        spark, kafka, tmp_path):
+    """A stream-time sweep runs inside a batch, under the store's lock; the lateness of what
+    it evicted (a read of its change data, as long as the DELETE on a big table) is
+    measured beside the next batches, and still reaches the metrics before the run ends."""
+    from confluent_kafka import Producer
+
+    name, conf, kc, _, publisher = _stream_parts(spark, kafka, tmp_path, "sl")
+    publisher.close()
+    conf = conf.model_copy(update={"eviction": conf.eviction.model_copy(
+        update={"clock": "stream", "stream_interval": 0})})
+    store = DeltaStore(spark, conf.store, clock="stream")
+    kc.create_topic(conf.kafka.input_topic, 1)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+    now = int(time.time() * 1000)
+
+    def run(records) -> StreamJob:
+        for key, ts in records:
+            producer.produce(conf.kafka.input_topic, key=key, value=b"v", timestamp=ts)
+        producer.flush(30)
+        lease = Lease(spark, store.path, duration_ms=60_000, holder=f"stream:{name}")
+        publisher = Publisher(spark, store.path, name, kc, conf.changelog)
+        job = StreamJob(conf, spark, store, kc, publisher, lease)
+        job.run(available_now=True)  # closes the publisher
+        return job
+
+    run([(b"k%d" % i, now - 7_200_000) for i in range(3)])  # stored; stream time now - 2 h
+    job = run([(b"late", now)])  # stream time moves 2 h: the three expired 1 h ago
+    sample = job.metrics.registry.get_sample_value
+    labels = {"store": name, "clock": "stream"}
+    assert sample("ttl_evicted_total", labels) == 3
+    assert sample("ttl_eviction_lateness_seconds_count", labels) == 1
+    assert sample("ttl_eviction_lateness_seconds_sum", labels) == pytest.approx(3_600, abs=1)

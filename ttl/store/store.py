@@ -12,7 +12,7 @@ import copy
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 
 from ttl import delta_log
@@ -260,6 +260,11 @@ class DeltaStore:
 
         if self._background.start("ttl-warm-snapshot", warm):
             self._warming = warmed
+
+    def in_background(self, name: str, target: Callable[[], object]) -> None:
+        """Run ``target`` on a thread that ``quiesce`` waits for (work that reads the table
+        after a write, and that the writer's caller need not wait for)."""
+        self._background.start(name, target)
 
     def checkpoint_later(self) -> None:
         """Checkpoint in the background when one is due (after a sweep's or maintenance's
