@@ -303,6 +303,8 @@ def main() -> None:
     unknown = set(layouts) - {"clustered", "unclustered", "expiry", "both"}
     if unknown:
         parser.error(f"--layout: unknown {', '.join(sorted(unknown))}")
+    print("warm-up (100,000 keys, not reported)", flush=True)
+    measure(spark, 100_000, args, layouts[0])  # else the first figures carry the JVM's
     for keys in sizes:  # each size once per layout, so layouts compare in one sitting
         for layout in layouts:
             print(f"N={keys:,} keys ({layout}, {args.rows_per_file:,} rows a file)",

@@ -555,3 +555,103 @@ def test_optimize_by_key_hash_gives_files_a_small_batch_can_skip(spark, table_pa
     assert rows.count() == rows.select("key").distinct().count() == 1999
     with pytest.raises(ValueError, match="maintenance.cluster_by"):
         eviction.optimize(store, "key")
+
+
+def _stored_in_four_appends(spark, table_path) -> DeltaStore:
+    """2,000 keys in four appends, their expiries spread over 2,000 s."""
+    store = make_store(spark, table_path, ttl=3_600_000)
+    for batch in range(4):
+        store.apply_records([InputRecord(b"k%04d" % i, b"v%d" % i, NOW + i * 1_000, (), 0, i)
+                             for i in range(batch * 500, batch * 500 + 500)])
+    return store
+
+
+def test_optimize_both_groups_files_by_expiry_and_orders_each_group_by_key_hash(
+        spark, table_path):
+    """``maintenance.cluster_by = "both"``: the rewrite puts the rows in G groups by
+    ``expires_at`` and orders each by ``key_hash``, so a sweep that evicts the earliest
+    tenth reads the files of one group, and a key falls in about one file per group (the
+    appends: every file, for both). No row changes and the change data feed has nothing
+    for it; it is an OPTIMIZE without engine metadata, like the Z-orders."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    from ttl import delta_log
+    from ttl.store import ordering
+    from ttl.store.lookup import files_to_read
+    from ttl.timestamps import NO_TIMESTAMP
+
+    def files() -> pa.Table:
+        return pa.table(DeltaTable(table_path).get_add_actions(flatten=True))
+
+    def key_spread(table: pa.Table) -> int:  # the most files one stored key falls in
+        return max(files_to_read(table, pa.array([b"k%04d" % i], pa.binary()))
+                   for i in range(0, 2000, 50))
+
+    def sweep_reads(table: pa.Table, t: int) -> int:  # files whose expiry range reaches t
+        return sum(1 for low in table.column("min.expires_at").to_pylist() if low <= t)
+
+    store = _stored_in_four_appends(spark, table_path)
+    before = store.entries(at=NO_TIMESTAMP)
+    tenth = NOW + 3_600_000 + 199_000  # the first 200 keys' expiry
+    appended = files()
+    assert key_spread(appended) == 4 and sweep_reads(appended, tenth) == 1  # appends: by time
+    done = ordering.rewrite(spark, table_path, file_bytes=2048, keys=1)
+    after = files()
+    count, groups = after.num_rows, done["groups"]
+    assert done["files_after"] == count > 20 and groups == ordering.expiry_groups(count, 1) > 3
+    assert sweep_reads(after, tenth) <= count // groups + 2, (sweep_reads(after, tenth), count)
+    assert key_spread(after) <= 2 * groups + 1, (key_spread(after), groups)
+    assert store.entries(at=NO_TIMESTAMP) == before
+    info = delta_log.latest_commit(spark, table_path)
+    assert (info.version, info.operation, info.metadata) == (done["version"], "OPTIMIZE", None)
+    changes = (spark.read.format("delta").option("readChangeFeed", "true")
+               .option("startingVersion", info.version).load(table_path))
+    assert changes.count() == 0
+    swept = eviction_sweep(store, tenth)
+    assert swept == 200
+    result = store.apply_records([InputRecord(b"k0500", None, NOW + 600_000, (), 0, 9000),
+                                  InputRecord(b"k1234", b"new", NOW + 1_300_000, (), 0, 9001)])
+    entries = store.entries(at=NO_TIMESTAMP)
+    assert entries[b"k1234"].value == b"new" and b"k0500" not in entries, result.write
+    rows = spark.read.format("delta").load(table_path)
+    assert rows.count() == rows.select("key").distinct().count() == len(entries) == 1799
+
+
+def eviction_sweep(store, t: int) -> int:
+    from ttl import eviction
+
+    return eviction.sweep(store, "wall", t).evicted
+
+
+def test_commits_landing_during_the_both_rewrite_are_kept(spark, table_path, monkeypatch):
+    """The rewrite is pinned to one snapshot and removes exactly the files it read. Commits
+    that land while it writes (here an operator's INSERT and UPDATE, made as the rewrite
+    orders its rows): the appended file is not among those it removes, so the row stays
+    (Delta lets a blind append pass); the UPDATE removed a file it read, so Delta refuses
+    its commit and the rewrite runs again from the new snapshot. An overwrite of the older
+    snapshot would have lost the inserted row and put back the updated row's old value."""
+    from ttl import eviction
+    from ttl.store import ordering
+    from ttl.timestamps import NO_TIMESTAMP
+
+    store = _stored_in_four_appends(spark, table_path)
+    real, calls = ordering.ordered, []
+
+    def with_commits_meanwhile(frame, files, bounds):
+        calls.append(files)
+        if len(calls) == 1:
+            spark.sql(f"INSERT INTO delta.`{table_path}` SELECT X'6f70', X'76', {NOW}, "
+                      "CAST(array() AS ARRAY<STRUCT<key: STRING, value: BINARY>>), "
+                      f"{NOW + 3_600_000}, {NOW}, xxhash64(X'6f70'), NULL")
+            spark.sql(f"UPDATE delta.`{table_path}` SET value = X'6e6577' "
+                      "WHERE key = X'6b30303031'")  # k0001 = new
+        return real(frame, files, bounds)
+
+    monkeypatch.setattr(ordering, "ordered", with_commits_meanwhile)
+    eviction.optimize(store, "both", file_bytes=2048)
+    assert len(calls) == 2  # refused once (the UPDATE), run again
+    entries = store.entries(at=NO_TIMESTAMP)
+    assert entries[b"op"].value == b"v" and entries[b"k0001"].value == b"new"
+    rows = spark.read.format("delta").load(table_path)
+    assert rows.count() == rows.select("key").distinct().count() == len(entries) == 2001
