@@ -126,6 +126,7 @@ def _timed_batches(spark, store, keys: int, size: int, count: int, seed: int,
 
 
 def _jvm_heap_mb(spark) -> float:
+    spark.sparkContext._jvm.java.lang.System.gc()  # what is held, not what is not yet freed
     runtime = spark.sparkContext._jvm.java.lang.Runtime.getRuntime()
     return (runtime.totalMemory() - runtime.freeMemory()) / 2**20
 
