@@ -17,13 +17,13 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from ttl import config, delta_log
+from ttl import config, delta_log, single_writer
 from ttl.changelog import topic
 from ttl.changelog.progress import published_progress
 from ttl.changelog.publisher import Publisher
 from ttl.clock import Clock
 from ttl.config import Config
-from ttl.errors import LeaseLost, ProgressUnreadable, StoreMissing
+from ttl.errors import ConfigError, LeaseLost, ProgressUnreadable, StoreMissing
 from ttl.kafka import KafkaClients
 from ttl.lease import Lease
 from ttl.local.kafka import LocalKafka
@@ -60,9 +60,18 @@ class App:
     @property
     def spark(self):
         if self._spark is None:
-
+            self._refuse_a_second_writer()
             self._spark = get_session(self.conf.spark)
         return self._spark
+
+    def _refuse_a_second_writer(self) -> None:
+        """Refuse, before Spark starts (seconds, not minutes), a profile whose store sits
+        where Delta could let a second driver commit beside this one
+        (``ttl.single_writer``): every command that opens the store or starts Spark, the
+        reading ones too, since the remedy is one setting in the profile."""
+        unsafe = single_writer.problem(self.conf)
+        if unsafe is not None:
+            raise ConfigError(unsafe)
 
     def store(self, *, check_ttl: bool = True, create: bool = False):
         """The store (``check_ttl=False``: opened under the table's own TTL, for ``alter``).
@@ -73,7 +82,7 @@ class App:
         other command refuses a missing table (``StoreMissing``, naming the action);
         ``ttl restore`` makes its table itself."""
         if check_ttl not in self._stores:
-
+            self._refuse_a_second_writer()  # a setting to change, before the brokers
             # Kafka first: an unreachable broker fails in seconds, before Spark starts.
             progress, unreadable = self._changelog_progress()
             if not delta_log.is_delta_table(self.spark, self.conf.store.path):

@@ -273,9 +273,13 @@ def config_group() -> None:
 @CONF
 def config_check(conf_path: Path) -> None:
     """Validate a profile: exit 0 and a summary, or one error line naming the setting."""
-    from ttl import config
+    from ttl import config, single_writer
+    from ttl.errors import ConfigError
 
     conf = config.load(conf_path)
+    unsafe = single_writer.problem(conf)
+    if unsafe is not None:
+        raise ConfigError(f"{conf_path}: {unsafe}")
     click.echo(f"ok: {conf_path}: store {conf.store.name} at {conf.store.path} "
                f"(ttl {conf.store.ttl if conf.store.ttl is not None else 'none'} ms), "
                f"input {conf.kafka.input_topic} -> changelog {conf.kafka.changelog_topic} on "

@@ -406,7 +406,8 @@ def upgrade(app: App, rollback: bool) -> str:
         before = delta_log.file_count(store.spark, store.path)
         eviction.optimize(store, m.cluster_by, m.optimize_file_bytes)
         after = delta_log.file_count(store.spark, store.path)
-        return (f"{done}\nlayout: files ordered by {m.cluster_by} (OPTIMIZE: {before} files "
+        order = "expiry group, then key_hash" if m.cluster_by == "both" else m.cluster_by
+        return (f"{done}\nlayout: files ordered by {order} (OPTIMIZE: {before} files "
                 f"before, {after} after; no row changed, nothing to publish)")
 
 

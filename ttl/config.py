@@ -148,6 +148,10 @@ class StoreConfig(_Section):
     #: the driver (fast), ``spark``, or ``auto``: delta-rs for a table on the local file
     #: system, Spark for any other location.
     lookup: Literal["auto", "delta-rs", "spark"] = "auto"
+    #: A store on S3 is refused unless Delta's log store there coordinates commits across
+    #: drivers (``S3DynamoDBLogStore``): true runs it on one that does not, when no second
+    #: driver can ever write the store (``ttl.single_writer``; docs/operations.md).
+    allow_single_driver_log_store: bool = False
 
     @model_validator(mode="after")
     def _limits_fit_a_changelog_record(self) -> StoreConfig:

@@ -360,5 +360,19 @@ def test_config_check_validates_a_profile_without_touching_a_table(tmp_path):
     lines = refused.stderr.strip().splitlines()
     assert refused.returncode == 2 and len(lines) == 1 and "store.ttl" in lines[0], lines
     assert not (tmp_path / "nowhere").exists()
+    # A store on S3 without a log store that keeps a second driver out: refused by the
+    # check, and by a command that would write, before Spark starts (one line each).
+    on_s3 = tmp_path / "s3.toml"
+    on_s3.write_text('[store]\nname = "x"\npath = "s3a://bucket/x"\nttl = "1h"\n[kafka]\n'
+                     'bootstrap_servers = "127.0.0.1:1"\ninput_topic = "i"\n'
+                     f'changelog_topic = "c"\n[stream]\ncheckpoint = "{tmp_path}/cp"\n')
+    for words in (["config", "check"], ["evict"]):
+        started = time.monotonic()
+        proc = ttl(*words, "--conf", str(on_s3), timeout=60)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1, (words, proc.stderr[-2000:])
+        assert "spark.delta.logStore.s3a.impl" in lines[0], lines
+        assert "store.allow_single_driver_log_store" in lines[0], lines
+        assert time.monotonic() - started < 20, "refused only after Spark started"
     schema = ttl("config", "schema", timeout=60)
     assert json.loads(schema.stdout)["title"] == "ttl profile"

@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.support import clients
-from ttl import app, commands, upgrade
+from ttl import app, commands, delta_log, upgrade
 from ttl.clock import FixedClock
 from ttl.config import from_dict
 from ttl.errors import LayoutError
@@ -21,12 +21,12 @@ NOW = 1_700_000_000_000
 TTL = 3_600_000
 
 
-def conf_for(path: str, kafka=None, changelog: str = "unused"):
+def conf_for(path: str, kafka=None, changelog: str = "unused", **maintenance):
     return from_dict({"store": {"name": "legacy", "path": path, "ttl": TTL},
                       "kafka": {"bootstrap_servers": kafka.bootstrap_servers if kafka
                                 else "embedded", "input_topic": "x",
                                 "changelog_topic": changelog},
-                      "stream": {"checkpoint": "unused"}})
+                      "stream": {"checkpoint": "unused"}, "maintenance": maintenance})
 
 
 def legacy_table(spark, path: str, version: int) -> None:
@@ -122,7 +122,6 @@ def test_upgrade_of_a_v3_store_gives_it_the_configured_layout_and_publishes_noth
     import pyarrow as pa
     from deltalake import DeltaTable
 
-    from ttl import app, delta_log
     from ttl.record import InputRecord
     from ttl.store.lookup import files_to_read
 
@@ -153,11 +152,14 @@ def test_upgrade_of_a_v3_store_gives_it_the_configured_layout_and_publishes_noth
 
 def test_ttl_upgrade_of_a_legacy_table_can_still_be_rolled_back(spark, table_path):
     """The layout's OPTIMIZE after the format upgrade changes no row: a rollback right after
-    ``ttl upgrade`` is not refused as if the store had been written since."""
+    ``ttl upgrade`` is not refused as if the store had been written since (here the
+    ``both`` layout, whose rewrite is an OPTIMIZE commit of the engine's own making)."""
     legacy_table(spark, table_path, 2)
-    runtime = app.App(conf_for(table_path), spark=spark, wall_clock=FixedClock(NOW))
+    runtime = app.App(conf_for(table_path, cluster_by="both"), spark=spark,
+                      wall_clock=FixedClock(NOW))
     said = commands.upgrade(runtime, rollback=False)
-    assert "upgraded in place" in said and "ordered by expires_at" in said, said
+    assert "upgraded in place" in said and "by expiry group, then key_hash" in said, said
+    assert delta_log.latest_commit(spark, table_path).operation == "OPTIMIZE"
     assert upgrade.detect(spark, table_path) == 3
     assert "rolled back" in commands.upgrade(runtime, rollback=True)
     assert upgrade.detect(spark, table_path) == 2

@@ -1,0 +1,74 @@
+"""Whether Delta's log store for the store's tables keeps a second driver from committing.
+
+Every guarantee of ``ttl`` rests on one writer per store: the lease (a Delta table beside
+the store) says who it is, and Delta's optimistic commits keep two writers from both
+writing version N of a table. That second part is the log store's: a commit is "create
+``_delta_log/N.json`` unless it exists", which HDFS, the local file system, ADLS (atomic
+rename) and GCS (preconditions) do across machines. On S3 Delta's default store,
+``S3SingleDriverLogStore``, excludes concurrent commits only inside one JVM: two drivers can
+both write version N, the second overwriting the first, and both believe they hold the
+lease (its row is committed the same way). So a store on S3 needs a log store that
+coordinates commits across drivers (Delta's ``S3DynamoDBLogStore``), or an explicit
+statement that only one driver will ever write it. docs/operations.md ("Object storage")
+says what holds with and without one.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlparse
+
+from ttl.config import Config
+
+#: The path schemes Delta serves with ``S3SingleDriverLogStore`` unless told otherwise.
+S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
+#: Log stores that cannot exclude another driver's commit on S3 (Delta's default for S3,
+#: and the rename-based stores, whose rename S3 does not make atomic).
+UNSAFE_ON_S3 = frozenset({
+    "io.delta.storage.S3SingleDriverLogStore",
+    "org.apache.spark.sql.delta.storage.S3SingleDriverLogStore",
+    "io.delta.storage.HDFSLogStore",
+    "org.apache.spark.sql.delta.storage.HDFSLogStore",
+    "io.delta.storage.LocalLogStore",
+    "org.apache.spark.sql.delta.storage.LocalLogStore",
+})
+#: The multi-driver store for S3 (DynamoDB holds the commit's mutual exclusion).
+S3_MULTI_DRIVER = "io.delta.storage.S3DynamoDBLogStore"
+#: Delta reads its log store settings under both prefixes.
+_PREFIXES = ("spark.delta.logStore.", "spark.databricks.tahoe.logStore.")
+
+
+def log_store_class(settings: dict[str, str], scheme: str) -> str | None:
+    """The log store a Spark session with ``settings`` gives ``scheme``'s paths, when the
+    settings name one (``spark.delta.logStore.class`` for every scheme, else
+    ``spark.delta.logStore.<scheme>.impl``); ``None``: Delta's default for the scheme."""
+    for prefix in _PREFIXES:
+        if f"{prefix}class" in settings:
+            return settings[f"{prefix}class"]
+    for prefix in _PREFIXES:
+        if f"{prefix}{scheme}.impl" in settings:
+            return settings[f"{prefix}{scheme}.impl"]
+    return None
+
+
+def problem(conf: Config) -> str | None:
+    """Why ``conf`` could let two drivers commit the same version of the store's tables
+    (the error to refuse its writes with, naming the settings that fix it), or ``None``."""
+    if conf.store.allow_single_driver_log_store:
+        return None
+    for setting, path in (("store.path", conf.store.path),
+                          ("store.dead_letter_path", conf.store.dead_letters)):
+        scheme = (urlparse(path).scheme or "").lower()
+        if scheme not in S3_SCHEMES:
+            continue
+        chosen = log_store_class(conf.spark.settings, scheme)
+        if chosen is not None and chosen not in UNSAFE_ON_S3:
+            continue  # the profile's choice: a coordinated store
+        which = chosen or "S3SingleDriverLogStore (Delta's default for S3)"
+        return (f"{setting} {path} is on S3, where Delta's log store {which} cannot keep a "
+                f"second driver from committing the same table version (nor from taking "
+                f"the store's lease, a table on the same storage): set "
+                f"spark.settings.\"spark.delta.logStore.{scheme}.impl\" = "
+                f"\"{S3_MULTI_DRIVER}\" with its DynamoDB table "
+                f"(docs/operations.md#object-storage), or, if no second driver can ever "
+                f"write this store, store.allow_single_driver_log_store = true")
+    return None
