@@ -28,7 +28,7 @@ from ttl.kafka import KafkaClients
 from ttl.lease import Lease
 from ttl.local.kafka import LocalKafka
 from ttl.names import EMBEDDED, PROP_RESEED_REQUIRED, progress_topic
-from ttl.spark import get_session
+from ttl.spark import get_session, read_spark_defaults
 from ttl.store import DeltaStore
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,8 @@ class App:
         where Delta could let a second driver commit beside this one
         (``ttl.single_writer``): every command that opens the store or starts Spark, the
         reading ones too, since the remedy is one setting in the profile."""
-        unsafe = single_writer.problem(self.conf)
+        unsafe = single_writer.problem(self.conf, {**read_spark_defaults(),
+                                                   **self.conf.spark.settings})
         if unsafe is not None:
             raise ConfigError(unsafe)
 

@@ -275,9 +275,10 @@ def config_check(conf_path: Path) -> None:
     """Validate a profile: exit 0 and a summary, or one error line naming the setting."""
     from ttl import config, single_writer
     from ttl.errors import ConfigError
+    from ttl.spark import read_spark_defaults
 
     conf = config.load(conf_path)
-    unsafe = single_writer.problem(conf)
+    unsafe = single_writer.problem(conf, {**read_spark_defaults(), **conf.spark.settings})
     if unsafe is not None:
         raise ConfigError(f"{conf_path}: {unsafe}")
     click.echo(f"ok: {conf_path}: store {conf.store.name} at {conf.store.path} "

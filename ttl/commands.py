@@ -130,14 +130,15 @@ def evict(app: App, clock: str, now_ms: int | None, dry_run: bool,
     with app.claimed(not dry_run) as skipped:
         if skipped is not None:
             return skipped
-        result = eviction.measure_lateness(store, _sweep_with_a_bar(store, clock, now_ms,
-                                                                    dry_run))
+        result = _sweep_with_a_bar(store, clock, now_ms, dry_run)
+        published = app.publish_now() if not dry_run and not result.skipped else None
+        eviction.measure_lateness(store, result)  # after the tombstones are out
         lines = [result.summary()]
         if result.sample_keys:
             lines.append(f"sample keys: "
                          f"{[k.decode(errors='replace') for k in result.sample_keys]}")
-        if not dry_run and not result.skipped:
-            lines.append(app.publish_now())
+        if published is not None:
+            lines.append(published)
         return "\n".join(lines)
 
 

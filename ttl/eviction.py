@@ -289,11 +289,13 @@ OPTIMIZE_MAX_FILE_SIZE = "spark.databricks.delta.optimize.maxFileSize"
 
 
 def optimize(store, cluster_by: str = "expires_at",
-             file_bytes: int = 128 * 2**20) -> None:
+             file_bytes: int = 128 * 2**20) -> dict[str, int] | None:
     """Compact small files and order them by ``cluster_by`` (``expires_at``: sweeps skip more
     files; ``key_hash``: lookups and small batches' writes do; ``both``: expiry groups
     ordered by key, ``ttl.store.ordering``), in files of at most ``file_bytes``; then
-    checkpoint in the background when one is due (other writers' commits too)."""
+    checkpoint in the background when one is due (other writers' commits too). Returns the
+    ``both`` rewrite's account (files, groups, version), else ``None``."""
+    done: dict[str, int] = {}
     if cluster_by not in ("expires_at", "key_hash", "both"):
         raise ValueError(f"maintenance.cluster_by = {cluster_by!r}: expected expires_at, "
                          "key_hash or both")
@@ -301,7 +303,8 @@ def optimize(store, cluster_by: str = "expires_at",
     def compact() -> None:
         store.check_writable()
         if cluster_by == "both":
-            ordering.rewrite(store.spark, store.path, file_bytes)
+            done.update(ordering.rewrite(store.spark, store.path, file_bytes,
+                                         before_commit=store.check_writable))
             return
         conf = store.spark.conf
         before = conf.get(OPTIMIZE_MAX_FILE_SIZE, None)
@@ -316,6 +319,7 @@ def optimize(store, cluster_by: str = "expires_at",
 
     retrying(compact, what="OPTIMIZE")
     store.checkpoint_later()
+    return done or None
 
 
 #: VACUUM's own duration and the publisher's next step: the oldest unpublished commit must

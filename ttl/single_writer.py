@@ -21,54 +21,53 @@ from ttl.config import Config
 
 #: The path schemes Delta serves with ``S3SingleDriverLogStore`` unless told otherwise.
 S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
-#: Log stores that cannot exclude another driver's commit on S3 (Delta's default for S3,
-#: and the rename-based stores, whose rename S3 does not make atomic).
-UNSAFE_ON_S3 = frozenset({
-    "io.delta.storage.S3SingleDriverLogStore",
-    "org.apache.spark.sql.delta.storage.S3SingleDriverLogStore",
-    "io.delta.storage.HDFSLogStore",
-    "org.apache.spark.sql.delta.storage.HDFSLogStore",
-    "io.delta.storage.LocalLogStore",
-    "org.apache.spark.sql.delta.storage.LocalLogStore",
-})
 #: The multi-driver store for S3 (DynamoDB holds the commit's mutual exclusion).
 S3_MULTI_DRIVER = "io.delta.storage.S3DynamoDBLogStore"
-#: Delta reads its log store settings under both prefixes.
-_PREFIXES = ("spark.delta.logStore.", "spark.databricks.tahoe.logStore.")
+#: ttl's store for S3 with conditional PUTs (``ttl/jvm/S3ConditionalLogStore.java``), for S3
+#: and servers that refuse a PUT with ``If-None-Match: *`` on an existing key.
+S3_CONDITIONAL = "ttl.delta.S3ConditionalLogStore"
+#: The log stores that exclude a second driver's commit on S3; any other (Delta's default,
+#: the rename-based stores, another scheme's) does not.
+SAFE_ON_S3 = frozenset({S3_MULTI_DRIVER, S3_CONDITIONAL})
+#: Delta reads its log store settings under both prefixes (``LogStore.getLogStoreConfValue``).
+_PREFIXES = ("spark.delta.logStore.", "delta.logStore.")
 
 
-def log_store_class(settings: dict[str, str], scheme: str) -> str | None:
+def log_store_class(settings: dict[str, str], scheme: str) -> tuple[str | None, str | None]:
     """The log store a Spark session with ``settings`` gives ``scheme``'s paths, when the
-    settings name one (``spark.delta.logStore.class`` for every scheme, else
-    ``spark.delta.logStore.<scheme>.impl``); ``None``: Delta's default for the scheme."""
-    for prefix in _PREFIXES:
-        if f"{prefix}class" in settings:
-            return settings[f"{prefix}class"]
-    for prefix in _PREFIXES:
-        if f"{prefix}{scheme}.impl" in settings:
-            return settings[f"{prefix}{scheme}.impl"]
-    return None
+    settings name one, and the setting that names it (``spark.delta.logStore.class`` for
+    every scheme, else ``spark.delta.logStore.<scheme>.impl``); ``(None, None)``: Delta's
+    default for the scheme."""
+    for suffix in ("class", f"{scheme}.impl"):
+        for prefix in _PREFIXES:
+            if f"{prefix}{suffix}" in settings:
+                return settings[f"{prefix}{suffix}"], f"{prefix}{suffix}"
+    return None, None
 
 
-def problem(conf: Config) -> str | None:
+def problem(conf: Config, settings: dict[str, str] | None = None) -> str | None:
     """Why ``conf`` could let two drivers commit the same version of the store's tables
-    (the error to refuse its writes with, naming the settings that fix it), or ``None``."""
+    (the error to refuse its writes with, naming the settings that fix it), or ``None``.
+    ``settings``: the session's Spark settings (default: the profile's)."""
     if conf.store.allow_single_driver_log_store:
         return None
+    settings = conf.spark.settings if settings is None else settings
     for setting, path in (("store.path", conf.store.path),
                           ("store.dead_letter_path", conf.store.dead_letters)):
         scheme = (urlparse(path).scheme or "").lower()
         if scheme not in S3_SCHEMES:
             continue
-        chosen = log_store_class(conf.spark.settings, scheme)
-        if chosen is not None and chosen not in UNSAFE_ON_S3:
-            continue  # the profile's choice: a coordinated store
-        which = chosen or "S3SingleDriverLogStore (Delta's default for S3)"
+        chosen, key = log_store_class(settings, scheme)
+        if chosen in SAFE_ON_S3:
+            continue
+        which = (f"{chosen} (from {key})" if chosen
+                 else "S3SingleDriverLogStore (Delta's default for S3)")
         return (f"{setting} {path} is on S3, where Delta's log store {which} cannot keep a "
                 f"second driver from committing the same table version (nor from taking "
                 f"the store's lease, a table on the same storage): set "
                 f"spark.settings.\"spark.delta.logStore.{scheme}.impl\" = "
-                f"\"{S3_MULTI_DRIVER}\" with its DynamoDB table "
+                f"\"{S3_MULTI_DRIVER}\" with its DynamoDB table, or "
+                f"\"{S3_CONDITIONAL}\" where S3 refuses a PUT with If-None-Match "
                 f"(docs/operations.md#object-storage), or, if no second driver can ever "
                 f"write this store, store.allow_single_driver_log_store = true")
     return None

@@ -107,9 +107,14 @@ def session_settings(
     }
     under_submit = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit passed jars already
     if not under_submit and "spark.jars" not in settings and "spark.jars.packages" not in settings:
-        settings["spark.jars"] = ",".join(str(p) for p in jars.jars("spark"))
-        if conf.packages:  # a profile's extras (e.g. hadoop-aws), resolved by Spark's Ivy
-            settings["spark.jars.packages"] = ",".join(conf.packages)
+        local = jars.jars("spark")
+        if conf.packages:  # a profile's extras (e.g. hadoop-aws): resolved by ``ttl setup``,
+            extra = jars.packages_jars(conf.packages)  # else by Spark's Ivy at start
+            if extra is None:
+                settings["spark.jars.packages"] = ",".join(conf.packages)
+            else:
+                local = [*local, *extra]
+        settings["spark.jars"] = ",".join(str(p) for p in local)
         settings = log_store.add_to(settings)  # local logs listed in one directory read
     if LOG4J2.exists():
         java_opts = f"-Dlog4j2.configurationFile=file:{LOG4J2}"

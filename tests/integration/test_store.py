@@ -636,21 +636,26 @@ def test_commits_landing_during_the_both_rewrite_are_kept(spark, table_path, mon
     from ttl.timestamps import NO_TIMESTAMP
 
     store = _stored_in_four_appends(spark, table_path)
-    real, calls = ordering.ordered, []
+    real, calls, meanwhile = ordering.ordered, [], []
 
     def with_commits_meanwhile(frame, files, bounds):
         calls.append(files)
-        if len(calls) == 1:
-            spark.sql(f"INSERT INTO delta.`{table_path}` SELECT X'6f70', X'76', {NOW}, "
-                      "CAST(array() AS ARRAY<STRUCT<key: STRING, value: BINARY>>), "
-                      f"{NOW + 3_600_000}, {NOW}, xxhash64(X'6f70'), NULL")
-            spark.sql(f"UPDATE delta.`{table_path}` SET value = X'6e6577' "
-                      "WHERE key = X'6b30303031'")  # k0001 = new
+        for sql in meanwhile:
+            spark.sql(sql)
+        meanwhile.clear()
         return real(frame, files, bounds)
 
     monkeypatch.setattr(ordering, "ordered", with_commits_meanwhile)
+    meanwhile.append(f"INSERT INTO delta.`{table_path}` SELECT X'6f70', X'76', {NOW}, "
+                     "CAST(array() AS ARRAY<STRUCT<key: STRING, value: BINARY>>), "
+                     f"{NOW + 3_600_000}, {NOW}, xxhash64(X'6f70'), NULL")  # op = v
     eviction.optimize(store, "both", file_bytes=2048)
-    assert len(calls) == 2  # refused once (the UPDATE), run again
+    assert len(calls) == 1  # the append passed
+    assert store.entries(at=NO_TIMESTAMP)[b"op"].value == b"v"
+    meanwhile.append(f"UPDATE delta.`{table_path}` SET value = X'6e6577' "
+                     "WHERE key = X'6b30303031'")  # k0001 = new
+    eviction.optimize(store, "both", file_bytes=2048)
+    assert len(calls) == 3  # refused once (the UPDATE), run again
     entries = store.entries(at=NO_TIMESTAMP)
     assert entries[b"op"].value == b"v" and entries[b"k0001"].value == b"new"
     rows = spark.read.format("delta").load(table_path)

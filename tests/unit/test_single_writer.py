@@ -40,7 +40,12 @@ def test_the_multi_driver_log_store_or_the_stated_single_driver_pass():
     assert single_writer.problem(profile(
         "s3a://b/store", {"spark.delta.logStore.s3a.impl": DYNAMO})) is None
     assert single_writer.problem(profile(
-        "s3a://b/store", {"spark.databricks.tahoe.logStore.s3a.impl": DYNAMO})) is None
+        "s3a://b/store", {"delta.logStore.s3a.impl": DYNAMO})) is None  # Delta's other prefix
+    assert single_writer.problem(profile(
+        "s3a://b/store", {"spark.delta.logStore.s3a.impl": single_writer.S3_CONDITIONAL})) is None
+    # settings from elsewhere (conf/spark-defaults.conf) count when the caller passes them
+    assert single_writer.problem(profile("s3a://b/store"),
+                                 {"spark.delta.logStore.s3a.impl": DYNAMO}) is None
     assert single_writer.problem(profile(
         "s3a://b/store", {"spark.delta.logStore.class": DYNAMO})) is None
     assert single_writer.problem(profile(
@@ -48,11 +53,15 @@ def test_the_multi_driver_log_store_or_the_stated_single_driver_pass():
 
 
 def test_a_named_log_store_that_cannot_exclude_them_is_refused_too():
-    for chosen in ("io.delta.storage.S3SingleDriverLogStore", "io.delta.storage.HDFSLogStore"):
+    for chosen in ("io.delta.storage.S3SingleDriverLogStore", "io.delta.storage.HDFSLogStore",
+                   "io.delta.storage.AzureLogStore", "io.delta.storage.GCSLogStore",
+                   "org.apache.spark.sql.delta.storage.DelegatingLogStore"):
         said = single_writer.problem(profile("s3a://b/store",
                                              {"spark.delta.logStore.class": chosen}))
         assert said is not None and chosen in said
-    # the global class wins over the scheme's setting, as in Delta
+    assert single_writer.problem(profile(  # an ignored prefix is no remedy
+        "s3a://b/store", {"spark.databricks.tahoe.logStore.s3a.impl": DYNAMO})) is not None
+    # the global class is the one looked at first
     said = single_writer.problem(profile("s3a://b/store", {
         "spark.delta.logStore.class": "io.delta.storage.S3SingleDriverLogStore",
         "spark.delta.logStore.s3a.impl": DYNAMO}))

@@ -6,6 +6,10 @@ Two bundles, kept apart because they must never share a classpath:
   runtime dependencies, minus what PySpark already ships), handed to Spark as ``spark.jars``.
 * ``kafka``: an Apache Kafka broker release (KRaft) and the matching ``kafka-streams`` jar,
   for the local broker and the codec's byte-compatibility test.
+* ``s3proxy``: the local S3-compatible server (``ttl.local.object_store``).
+* ``packages-<digest>``: a profile's ``spark.packages`` (hadoop-aws for ``s3a://``, ...),
+  handed to a local session as ``spark.jars`` once ``ttl setup --conf PROFILE`` (or
+  ``--object-store``, for hadoop-aws) resolved them; until then Spark's Ivy resolves them.
 
 Maven resolves them (``mvn dependency:copy-dependencies`` on a generated pom): it reaches
 Maven Central on this kind of machine, whereas Spark's own Ivy resolver is a second code path
@@ -15,6 +19,7 @@ second run finds the marker and downloads nothing.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -44,6 +49,8 @@ class Versions:
     delta: str
     kafka: str
     spark_token_provider: str
+    hadoop: str
+    s3proxy: str
 
     @classmethod
     def load(cls, path: Path = VERSIONS_FILE) -> Versions:
@@ -68,6 +75,14 @@ class Versions:
             f"{token}:{self.spark_token_provider}",
         ]
 
+    def s3proxy_packages(self) -> list[str]:
+        return [f"org.gaul:s3proxy:{self.s3proxy}",
+                "com.fasterxml.jackson.core:jackson-annotations:2.21"]
+
+    def hadoop_aws(self) -> str:
+        """What a profile lists in ``spark.packages`` for ``s3a://`` paths."""
+        return f"org.apache.hadoop:hadoop-aws:{self.hadoop}"
+
     def kafka_packages(self) -> list[str]:
         return [
             f"org.apache.kafka:kafka_{self.scala}:{self.kafka}",
@@ -85,8 +100,29 @@ def cache_root() -> Path:
 
 def bundle_dir(bundle: str, versions: Versions | None = None) -> Path:
     v = versions or Versions.load()
-    tag = {"spark": f"spark-{v.spark}-delta-{v.delta}", "kafka": f"kafka-{v.kafka}"}[bundle]
+    if bundle.startswith("packages-"):
+        return cache_root() / "jars" / bundle
+    tag = {"spark": f"spark-{v.spark}-delta-{v.delta}", "kafka": f"kafka-{v.kafka}",
+           "s3proxy": f"s3proxy-{v.s3proxy}"}[bundle]
     return cache_root() / "jars" / tag
+
+
+def packages_bundle(coordinates: list[str]) -> str:
+    """The bundle name of a profile's ``spark.packages`` (by their digest)."""
+    digest = hashlib.sha256("\n".join(sorted(coordinates)).encode()).hexdigest()[:12]
+    return f"packages-{digest}"
+
+
+def packages_jars(coordinates: list[str]) -> list[Path] | None:
+    """The local jars of ``coordinates`` if resolved (``resolve_packages``), else None."""
+    target = bundle_dir(packages_bundle(coordinates))
+    return jars(target.name) if (target / MARKER).exists() else None
+
+
+def resolve_packages(coordinates: list[str]) -> tuple[list[Path], bool]:
+    """Resolve a profile's ``spark.packages`` with Maven, less what PySpark and the spark
+    bundle already hold (one copy of each class on the classpath)."""
+    return resolve(packages_bundle(coordinates), coordinates=coordinates)
 
 
 def _pom(coordinates: list[str]) -> str:
@@ -147,7 +183,8 @@ def jars(bundle: str, versions: Versions | None = None) -> list[Path]:
     return [target / name for name in marker.read_text().split()]
 
 
-def resolve(bundle: str, versions: Versions | None = None) -> tuple[list[Path], bool]:
+def resolve(bundle: str, versions: Versions | None = None, *,
+            coordinates: list[str] | None = None) -> tuple[list[Path], bool]:
     """Resolve a bundle if needed; returns its jars and whether anything was downloaded."""
     v = versions or Versions.load()
     target = bundle_dir(bundle, v)
@@ -155,7 +192,8 @@ def resolve(bundle: str, versions: Versions | None = None) -> tuple[list[Path], 
         return jars(bundle, v), False
     if shutil.which("mvn") is None:
         raise SetupError("Maven (`mvn`) is not installed; it resolves the JVM jars.")
-    coords = v.spark_bundle() if bundle == "spark" else v.kafka_packages()
+    coords = coordinates or {"spark": v.spark_bundle, "kafka": v.kafka_packages,
+                             "s3proxy": v.s3proxy_packages}[bundle]()
     staging = target.with_name(target.name + ".staging")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -171,7 +209,11 @@ def resolve(bundle: str, versions: Versions | None = None) -> tuple[list[Path], 
         output = proc.stdout[-3000:] + proc.stderr[-2000:]
         raise SetupError(f"Maven could not resolve {coords}:\n{output}")
     lib = staging / "lib"
-    skip = _pyspark_jar_names() if bundle == "spark" else set()
+    skip = set()
+    if bundle == "spark":
+        skip = _pyspark_jar_names()
+    elif bundle.startswith("packages-"):  # beside PySpark's and the spark bundle's jars
+        skip = _pyspark_jar_names() | {_artifact_name(p.name) for p in jars("spark", v)}
     kept = sorted(p.name for p in lib.glob("*.jar") if _artifact_name(p.name) not in skip)
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)

@@ -12,7 +12,9 @@ for (see its comment); writes stay ``HDFSLogStore``'s.
 ``ttl.spark.session_settings`` then names it as Delta's store for the ``file`` scheme. Without
 a JDK (a JRE only), setup says so and Delta lists the log as before: slower, never different.
 Object stores are untouched: Delta lists S3, ADLS and GCS from a key on, which costs nothing
-per older commit.
+per older commit. The same jar holds ``S3ConditionalLogStore.java``, Delta's store for S3
+with commits that exclude other drivers (conditional PUTs), for a profile to name
+(``ttl.single_writer``).
 """
 
 from __future__ import annotations
@@ -29,7 +31,11 @@ from ttl.errors import SetupError
 from ttl.jvm import jars
 
 SOURCE = Path(__file__).parent / "FileLogStore.java"
+#: Compiled into the same jar: Delta's store for S3 with conditional commits
+#: (``S3ConditionalLogStore.java``), which a profile names for its ``s3a`` paths.
+SOURCES = (SOURCE, Path(__file__).parent / "S3ConditionalLogStore.java")
 CLASS = "ttl.delta.FileLogStore"
+S3_CLASS = "ttl.delta.S3ConditionalLogStore"
 #: The Spark setting that picks Delta's log store for a scheme.
 SETTING = "spark.delta.logStore.file.impl"
 
@@ -38,7 +44,8 @@ def jar_path(versions: jars.Versions | None = None) -> Path:
     """Where the jar for this source and these Delta/Spark versions lives (built or not)."""
     v = versions or jars.Versions.load()
     digest = hashlib.sha256(
-        SOURCE.read_bytes() + f"{v.spark}/{v.delta}".encode()).hexdigest()[:12]
+        b"".join(src.read_bytes() for src in SOURCES) + f"{v.spark}/{v.delta}".encode()
+    ).hexdigest()[:12]
     return jars.cache_root() / "jars" / f"ttl-log-store-{digest}.jar"
 
 
@@ -66,10 +73,11 @@ def build(*, force: bool = False) -> tuple[Path | None, str]:
         classes = Path(tmp) / "classes"
         proc = subprocess.run(
             [javac, "--release", "17", "-nowarn", "-d", str(classes),
-             "-cp", os.pathsep.join(classpath), str(SOURCE)],
+             "-cp", os.pathsep.join(classpath), *map(str, SOURCES)],
             capture_output=True, text=True)
         if proc.returncode != 0:
-            raise SetupError(f"javac could not compile {SOURCE}:\n{proc.stderr[-3000:]}")
+            raise SetupError(f"javac could not compile {', '.join(map(str, SOURCES))}:\n"
+                             f"{proc.stderr[-3000:]}")
         staging = target.with_suffix(".jar.tmp")
         with zipfile.ZipFile(staging, "w", zipfile.ZIP_DEFLATED) as jar:
             jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\n\r\n")
@@ -84,10 +92,14 @@ def add_to(settings: dict[str, str]) -> dict[str, str]:
     when the jar is built and the settings name no store of their own (pure but for the
     jar's existence)."""
     jar = built()
+    if jar is None:
+        return settings
     # Delta refuses a scheme's store beside ``spark.delta.logStore.class`` (older profiles
     # set that one): a profile that names either keeps its own.
-    if jar is None or SETTING in settings or "spark.delta.logStore.class" in settings:
+    ours = {} if SETTING in settings or "spark.delta.logStore.class" in settings \
+        else {SETTING: CLASS}
+    named = any(str(v).startswith("ttl.delta.") for v in settings.values())
+    if not ours and not named:  # the jar only when a store of it is named
         return settings
     current = settings.get("spark.jars", "")
-    return {**settings, SETTING: CLASS,
-            "spark.jars": f"{current},{jar}" if current else str(jar)}
+    return {**settings, **ours, "spark.jars": f"{current},{jar}" if current else str(jar)}

@@ -17,22 +17,29 @@ table, where the single-column orders make one of them grow with the table.
 
 Delta's OPTIMIZE cannot sort by an expression (its Z-order interleaves the columns' bits, so
 the column with more distinct values dominates), so the rewrite is a transaction of its own,
-built the way OPTIMIZE builds its own: pinned to one snapshot, reading every file of it (so
-any concurrent commit that adds or removes a file conflicts and the whole rewrite runs
-again), writing the rows of that snapshot in the new order, and committing the new files
-with ``dataChange = false`` beside the removal of the old ones, as an ``OPTIMIZE``. Readers
-of the change data feed and streaming readers see no change; no row changes.
+built the way OPTIMIZE builds its own: pinned to one snapshot and reading every file of it,
+it writes the rows of that snapshot in the new order and commits the new files with
+``dataChange = false`` beside the removal of exactly the files it read, as an ``OPTIMIZE``.
+A concurrent commit that removes or changes one of those files (a batch's deletion vector,
+a sweep) makes Delta refuse the commit, and the whole rewrite runs again; a concurrent
+append passes, and its files stay. Readers of the change data feed and streaming readers
+see no change; no row changes.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 
+from ttl.errors import LayoutError
 from ttl.store.lookup import PRUNE_KEYS
 
 #: Rows sampled per group boundary's quantile (``percentile_approx``'s accuracy).
 QUANTILE_ACCURACY = 10_000
+#: The lookup size G is balanced for (a small batch's keys); tests lower it to get groups
+#: on small tables.
+GROUP_KEYS = PRUNE_KEYS
 
 
 def expiry_groups(files: int, keys: int) -> int:
@@ -70,22 +77,31 @@ def ordered(frame, files: int, bounds: list[int]):
             .select(*columns))
 
 
-def rewrite(spark, path: str, file_bytes: int, keys: int = PRUNE_KEYS) -> dict[str, int]:
+def rewrite(spark, path: str, file_bytes: int, keys: int | None = None,
+            before_commit: Callable[[], None] | None = None) -> dict[str, int]:
     """Rewrite the table at ``path`` in the ``both`` order, in files of about
     ``file_bytes``, as one OPTIMIZE commit that changes no row; raises Delta's conflict
     exceptions when another commit lands meanwhile (``delta_log.retrying`` runs it again).
-    Returns what it did (files before and after, groups, version)."""
+    ``before_commit`` runs right before the commit (the store's lease check: a rewrite
+    takes minutes on a big table). Returns what it did (files before and after, groups,
+    version)."""
     jvm = spark.sparkContext._jvm
     log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
     txn = log.startTransaction()
     version = int(txn.snapshot().version())
-    old = txn.filterFiles()  # every file, and the read of the whole table for conflicts
+    config = jvm.scala.jdk.javaapi.CollectionConverters.asJava(
+        txn.snapshot().metadata().configuration())
+    if str(config.get("delta.enableRowTracking")).lower() == "true":
+        raise LayoutError(f"{path}: maintenance.cluster_by = \"both\" rewrites the table "
+                          "without keeping row tracking's row ids; take key_hash or "
+                          "expires_at for a table with delta.enableRowTracking")
+    old = txn.filterFiles()  # every file: a concurrent removal of one of them conflicts
     count = old.size()
     if count == 0:
         return {"files_before": 0, "files_after": 0, "groups": 0, "version": version}
     size = sum(int(old.apply(i).size()) for i in range(count))
     files = max(1, -(-size // file_bytes))
-    groups = expiry_groups(files, keys)
+    groups = expiry_groups(files, GROUP_KEYS if keys is None else keys)
     frame = spark.read.format("delta").option("versionAsOf", version).load(path)
     bounds = group_bounds(frame, groups)
     data = ordered(frame, files, bounds)
@@ -105,7 +121,9 @@ def rewrite(spark, path: str, file_bytes: int, keys: int = PRUNE_KEYS) -> dict[s
     for i in range(count):
         actions.add(old.apply(i).removeWithTimestamp(now, False))
     operation = getattr(jvm.org.apache.spark.sql.delta, "DeltaOperations$Optimize")(
-        empty, empty, False, none, True)
+        empty, empty, False, none, False)
+    if before_commit is not None:
+        before_commit()
     committed = txn.commit(
         jvm.scala.jdk.javaapi.CollectionConverters.asScala(actions).toSeq(), operation)
     return {"files_before": count, "files_after": added, "groups": len(bounds) + 1,

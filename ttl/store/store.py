@@ -263,8 +263,15 @@ class DeltaStore:
 
     def in_background(self, name: str, target: Callable[[], object]) -> None:
         """Run ``target`` on a thread that ``quiesce`` waits for (work that reads the table
-        after a write, and that the writer's caller need not wait for)."""
-        self._background.start(name, target)
+        after a write, and that the writer's caller need not wait for), in a Spark job
+        group of its own: not counted as a batch's jobs, and not cancelled with them when
+        a stream's query stops."""
+
+        def run() -> None:
+            self.spark.sparkContext.setJobGroup(name, name, interruptOnCancel=False)
+            target()
+
+        self._background.start(name, run)
 
     def checkpoint_later(self) -> None:
         """Checkpoint in the background when one is due (after a sweep's or maintenance's
