@@ -58,16 +58,32 @@ def main(verbose: bool, log_format: str) -> None:
 @main.command()
 @click.option("--rebuild-class-archive", is_flag=True,
               help="Build the class-data archive again even if one exists.")
-def setup(rebuild_class_archive: bool) -> None:
+@click.option("--object-store", is_flag=True,
+              help="Also the local S3-compatible server (s3proxy) and Hadoop's S3A "
+                   "(hadoop-aws with the AWS SDK, ~650 MB), for s3a:// stores.")
+@click.option("--conf", "conf_path", type=click.Path(path_type=Path), default=None,
+              help="Also the profile's spark.packages, handed to local sessions as jars.")
+def setup(rebuild_class_archive: bool, object_store: bool, conf_path: Path | None) -> None:
     """Resolve the JVM jars (Delta, Spark's Kafka connector, the Kafka broker) once, and
     build the local driver's class-data archive (a faster Spark start)."""
-    from ttl import archive_build
+    from ttl import archive_build, config
     from ttl.jvm import jars, log_store
 
     started = time.monotonic()
     for bundle, (count, downloaded) in jars.resolve_all().items():
         state = "downloaded" if downloaded else "already cached"
         click.echo(f"{bundle}: {count} jars {state} in {jars.bundle_dir(bundle)}")
+    packages = []
+    if object_store:
+        count = len(jars.resolve("s3proxy")[0])
+        click.echo(f"s3proxy: {count} jars in {jars.bundle_dir('s3proxy')}")
+        packages.append([jars.Versions.load().hadoop_aws()])
+    if conf_path is not None and config.load(conf_path).spark.packages:
+        packages.append(config.load(conf_path).spark.packages)
+    for coordinates in packages:
+        paths, _ = jars.resolve_packages(coordinates)
+        click.echo(f"{', '.join(coordinates)}: {len(paths)} jars in "
+                   f"{jars.bundle_dir(jars.packages_bundle(coordinates))}")
     store_jar, state = log_store.build()
     click.echo(f"Delta log store for local paths: {state}"
                + (f" ({store_jar})" if store_jar else ""))
@@ -104,6 +120,26 @@ def spark_cluster(workers: int, cores: int, memory: str, port: int) -> None:
     cluster = LocalSparkCluster(workers, cores=cores, memory=memory, port=port).start()
     hold_in_foreground(f"spark.master={cluster.master_url}  web UI "
                        f"http://127.0.0.1:{cluster.ui_port}", cluster.stop, click.echo)
+
+
+@main.command("object-store")
+@click.option("--data-dir", type=click.Path(path_type=Path), default=None,
+              help="Where the buckets live (default: a new temporary directory).")
+@click.option("--port", type=int, default=9000, show_default=True, help="The S3 port.")
+@click.option("--bucket", "buckets", multiple=True, default=["ttl"], show_default=True,
+              help="Buckets to create (repeatable).")
+def object_store(data_dir: Path | None, port: int, buckets: tuple[str, ...]) -> None:
+    """Run the local S3-compatible server (s3proxy) in the foreground until interrupted;
+    prints the AWS variables and S3A settings that point clients at it."""
+    from ttl.local.object_store import LocalObjectStore
+    from ttl.local.process import hold_in_foreground
+
+    server = LocalObjectStore(data_dir, port=port).start()
+    for bucket in buckets:
+        server.create_bucket(bucket)
+    env = " ".join(f"{k}={v}" for k, v in server.environment().items())
+    hold_in_foreground(f"S3 at {server.endpoint} (buckets: {', '.join(buckets)}); export "
+                       f"{env}", server.stop, click.echo)
 
 
 # -- the store's jobs: each one call into ttl.app --------------------------------------------
