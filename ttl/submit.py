@@ -28,7 +28,8 @@ import sys
 from pathlib import Path
 
 from ttl.config import REPO_ROOT, Config, load
-from ttl.jvm import jars
+from ttl.errors import SetupError
+from ttl.jvm import jars, log_store
 from ttl.spark import LOG4J2, SPARK_DEFAULTS
 
 
@@ -76,8 +77,15 @@ def command(conf_path: Path, job: Path, job_args: list[str], *, packages_flag: b
            "--name", conf.spark.app_name, "--properties-file", str(SPARK_DEFAULTS)]
     for key, value in spark_settings(conf).items():
         cmd += ["--conf", f"{key}={value}"]
-    if not packages_flag:
-        cmd += ["--jars", ",".join(str(p) for p in jars.jars("spark"))]
+    shipped = [] if packages_flag else [str(p) for p in jars.jars("spark")]
+    if any(str(v).startswith("ttl.delta.") for v in conf.spark.settings.values()):
+        jar = log_store.built()  # the profile names one of ttl's log stores
+        if jar is None:
+            raise SetupError(f"{conf_path} names a ttl.delta log store, whose jar is not "
+                             "built: run `ttl setup` (with a JDK) first")
+        shipped.append(str(jar))
+    if shipped:
+        cmd += ["--jars", ",".join(shipped)]
     coordinates = packages(conf, all_packages=packages_flag)
     if coordinates:
         cmd += ["--packages", ",".join(coordinates)]

@@ -40,3 +40,15 @@ def test_local_command_uses_the_jar_bundle_and_cluster_mode_passes_the_profile_b
                                deploy_mode="cluster")
     assert clustered[-2:] == ["--conf", "cluster.example.toml"]
     assert clustered[clustered.index("--files") + 1] == str(CLUSTER)
+
+
+def test_a_profile_naming_ttls_s3_log_store_ships_its_jar():
+    """conf/s3-local.toml names ``ttl.delta.S3ConditionalLogStore``: the jar ``ttl setup``
+    built goes with ``--jars``, also when the cluster resolves the rest by ``--packages``."""
+    from ttl.jvm import log_store
+
+    profile = Path(__file__).parents[2] / "conf" / "s3-local.toml"
+    for flag in (False, True):
+        cmd = submit.command(profile, Path("jobs/stream.py"), [], packages_flag=flag)
+        shipped = cmd[cmd.index("--jars") + 1].split(",")
+        assert str(log_store.built()) in shipped, shipped
