@@ -95,11 +95,41 @@ class ReplayResult:
     replayed: int = 0
     already: int = 0
     not_replayable: int = 0  # no key: the input never accepts it
+    too_old: int = 0  # older than the input topic keeps records: the broker would drop them
+    retention_ms: int | None = None
 
     def line(self, topic: str) -> str:
-        return (f"replayed {self.replayed} of {self.chosen} dead letters to {topic} "
+        line = (f"replayed {self.replayed} of {self.chosen} dead letters to {topic} "
                 f"({self.already} replayed before, {self.not_replayable} without a key "
                 "cannot be)")
+        if self.too_old:
+            line += (f"; {self.too_old} not produced: their timestamps are older than "
+                     f"{topic}'s retention.ms ({self.retention_ms} ms), so the broker would "
+                     "delete them at its next retention check, before the stream reads "
+                     "them (raise the topic's retention.ms to replay them)")
+        return line
+
+
+#: A replayed record keeps its timestamp (the entry's time). The broker deletes records
+#: older than the topic's ``retention.ms`` at its next retention check (every 5 minutes by
+#: default): one older than that, less this margin, is not produced.
+RETENTION_MARGIN_MS = 3_600_000
+
+
+def _oldest_kept(kafka: KafkaClients, topic: str, now: int) -> tuple[int | None, int | None]:
+    """The oldest record timestamp ``topic`` keeps long enough for the stream to read it
+    (``None``: any: no time retention, or broker-side timestamps), and its retention.ms."""
+    from confluent_kafka.admin import ConfigResource
+
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    admin = kafka.admin()  # held until the answer: a collected client cancels its requests
+    configs = admin.describe_configs([resource])[resource].result(timeout=30)
+    stamped = configs.get("message.timestamp.type")
+    retention = configs.get("retention.ms")
+    if (stamped is not None and stamped.value == "LogAppendTime") or retention is None:
+        return None, None
+    ms = int(retention.value)
+    return (None, None) if ms < 0 else (now - ms + RETENTION_MARGIN_MS, ms)
 
 
 def replay(conf: Config, kafka: KafkaClients, reason: str, *, key: bytes | None = None,
@@ -124,6 +154,7 @@ def replay(conf: Config, kafka: KafkaClients, reason: str, *, key: bytes | None 
     # ``KafkaClients.producer``): a replayed record lands in its key's partition, behind
     # the key's earlier records and ahead of its later ones.
     producer = kafka.producer(**{"acks": "all", "enable.idempotence": True})
+    oldest, result.retention_ms = _oldest_kept(kafka, conf.kafka.input_topic, now)
     delivered: list[dict] = []
     errors: list[str] = []
 
@@ -150,6 +181,9 @@ def replay(conf: Config, kafka: KafkaClients, reason: str, *, key: bytes | None 
         headers = [(h["key"], None if h["value"] is None else bytes(h["value"]))
                    for h in row["headers"] or ()]
         ts = row["timestamp"]
+        if oldest is not None and ts is not None and 0 < ts < oldest:
+            result.too_old += 1  # the broker would delete it before the stream reads it
+            continue
         producer.produce(topic, key=bytes(row["key"]),
                          value=None if row["value"] is None else bytes(row["value"]),
                          headers=headers, timestamp=ts if ts is not None and ts > 0 else 0,
