@@ -24,12 +24,14 @@ from ttl.changelog.publisher import Publisher
 from ttl.clock import Clock
 from ttl.config import Config
 from ttl.errors import ConfigError, LeaseLost, ProgressUnreadable, StoreMissing
+from ttl.jvm import jars
 from ttl.kafka import KafkaClients
 from ttl.lease import Lease
 from ttl.local.kafka import LocalKafka
 from ttl.names import EMBEDDED, PROP_RESEED_REQUIRED, progress_topic
 from ttl.spark import get_session, read_spark_defaults
 from ttl.store import DeltaStore
+from ttl.store.lookup import local_path
 
 log = logging.getLogger(__name__)
 
@@ -241,6 +243,17 @@ def with_kafka(conf: Config, data_dir: Path | None = None) -> Iterator[App]:
         yield App(conf)
         return
 
-    base = Path(data_dir or Path(conf.store.path).parent)
-    with LocalKafka(base / "kafka") as broker:
+    with LocalKafka(Path(data_dir) / "kafka" if data_dir else embedded_kafka_dir(conf)) \
+            as broker:
         yield App(conf, bootstrap=broker.bootstrap_servers)
+
+
+def embedded_kafka_dir(conf: Config) -> Path:
+    """Where the embedded broker keeps its topics from run to run: beside a store on the
+    local file system; for a store elsewhere (``s3a://...``), under ttl's cache, by store
+    name (a URI is no local directory: taken for one, it made ``s3a:/`` in the working
+    directory)."""
+    local = local_path(conf.store.path)
+    if local is not None:
+        return Path(local).parent / "kafka"
+    return jars.cache_root() / "kafka" / conf.store.name

@@ -79,3 +79,16 @@ def test_the_readmes_s3_profile_is_one_the_engine_runs():
     conf = from_dict(tomllib.loads(block))
     assert conf.store.path.startswith("s3a://")
     assert single_writer.problem(conf) is None
+
+
+def test_the_embedded_broker_of_a_store_on_s3_keeps_its_data_in_the_cache(monkeypatch,
+                                                                        tmp_path):
+    """A store on ``s3a://`` with the embedded broker (conf/s3-local.toml): the broker's data
+    goes under ttl's cache by store name, not to a directory named after the URI (which
+    made ``s3a:/ttl/kafka`` in the working directory); a local store keeps it beside."""
+    from ttl.app import embedded_kafka_dir
+
+    monkeypatch.setenv("TTL_CACHE", str(tmp_path / "cache"))
+    assert embedded_kafka_dir(profile("s3a://bucket/store")) == tmp_path / "cache" / "kafka" / "s"
+    assert embedded_kafka_dir(profile(str(tmp_path / "data" / "store"))) == \
+        tmp_path / "data" / "kafka"
