@@ -29,7 +29,7 @@ from ttl.kafka import KafkaClients
 from ttl.lease import Lease
 from ttl.local.kafka import LocalKafka
 from ttl.names import EMBEDDED, PROP_RESEED_REQUIRED, progress_topic
-from ttl.spark import get_session, read_spark_defaults
+from ttl.spark import declared_settings, get_session
 from ttl.store import DeltaStore
 from ttl.store.lookup import local_path
 
@@ -71,8 +71,7 @@ class App:
         where Delta could let a second driver commit beside this one
         (``ttl.single_writer``): every command that opens the store or starts Spark, the
         reading ones too, since the remedy is one setting in the profile."""
-        unsafe = single_writer.problem(self.conf, {**read_spark_defaults(),
-                                                   **self.conf.spark.settings})
+        unsafe = single_writer.problem(self.conf, declared_settings(self.conf.spark))
         if unsafe is not None:
             raise ConfigError(unsafe)
 

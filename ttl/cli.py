@@ -78,8 +78,9 @@ def setup(rebuild_class_archive: bool, object_store: bool, conf_path: Path | Non
         count = len(jars.resolve("s3proxy")[0])
         click.echo(f"s3proxy: {count} jars in {jars.bundle_dir('s3proxy')}")
         packages.append([jars.Versions.load().hadoop_aws()])
-    if conf_path is not None and config.load(conf_path).spark.packages:
-        packages.append(config.load(conf_path).spark.packages)
+    profile_packages = config.load(conf_path).spark.packages if conf_path else []
+    if profile_packages:
+        packages.append(profile_packages)
     for coordinates in packages:
         paths, _ = jars.resolve_packages(coordinates)
         click.echo(f"{', '.join(coordinates)}: {len(paths)} jars in "
@@ -311,10 +312,10 @@ def config_check(conf_path: Path) -> None:
     """Validate a profile: exit 0 and a summary, or one error line naming the setting."""
     from ttl import config, single_writer
     from ttl.errors import ConfigError
-    from ttl.spark import read_spark_defaults
+    from ttl.spark import declared_settings
 
     conf = config.load(conf_path)
-    unsafe = single_writer.problem(conf, {**read_spark_defaults(), **conf.spark.settings})
+    unsafe = single_writer.problem(conf, declared_settings(conf.spark))
     if unsafe is not None:
         raise ConfigError(f"{conf_path}: {unsafe}")
     click.echo(f"ok: {conf_path}: store {conf.store.name} at {conf.store.path} "

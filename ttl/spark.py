@@ -93,6 +93,12 @@ def _collector_named(settings: dict[str, str]) -> bool:
     return any(_COLLECTOR.search(options) for options in named)
 
 
+def declared_settings(conf: SparkConfig) -> dict[str, str]:
+    """The Spark settings a profile declares: ``conf/spark-defaults.conf``, then the
+    profile's own (what ``session_settings`` starts from, before ttl's)."""
+    return {**read_spark_defaults(), **conf.settings}
+
+
 def session_settings(
     conf: SparkConfig | None = None, overrides: dict[str, str] | None = None
 ) -> dict[str, str]:

@@ -147,6 +147,7 @@ class StreamJob:
         self.position_unknown = False  # the table was restored with no input position
         self.batch_error: BaseException | None = None  # an engine error raised in a batch
         self._last_stream_sweep: int | None = None
+        self._measuring = threading.Lock()  # a stream sweep's lateness under way
         self._catch_up_bar = None  # an --available-now run's progress bar (terminal only)
         self._catch_up_from = 0
 
@@ -552,12 +553,19 @@ class StreamJob:
         if due:
             swept = eviction.sweep(self.store, "stream", now)
             self.metrics.sweep(swept)
-            if swept.evicted:  # after the batch, outside the lock: it reads the change data
+            # After the batch, outside the lock (it reads the change data), one at a time:
+            # a sweep that comes while one is measured goes without the figure.
+            if swept.evicted and self._measuring.acquire(blocking=False):
 
                 def lateness(result=swept) -> None:
-                    self.metrics.sweep_lateness(eviction.measure_lateness(self.store, result))
+                    try:
+                        self.metrics.sweep_lateness(
+                            eviction.measure_lateness(self.store, result))
+                    finally:
+                        self._measuring.release()
 
-                self.store.in_background("ttl-sweep-lateness", lateness)
+                if not self.store.in_background("ttl-sweep-lateness", lateness):
+                    self._measuring.release()
             evicted["stream"] = swept.evicted
             self._last_stream_sweep = now
         return evicted

@@ -78,8 +78,8 @@ def command(conf_path: Path, job: Path, job_args: list[str], *, packages_flag: b
     for key, value in spark_settings(conf).items():
         cmd += ["--conf", f"{key}={value}"]
     shipped = [] if packages_flag else [str(p) for p in jars.jars("spark")]
-    if any(str(v).startswith("ttl.delta.") for v in conf.spark.settings.values()):
-        jar = log_store.built()  # the profile names one of ttl's log stores
+    if log_store.named(conf.spark.settings):
+        jar = log_store.built()
         if jar is None:
             raise SetupError(f"{conf_path} names a ttl.delta log store, whose jar is not "
                              "built: run `ttl setup` (with a JDK) first")

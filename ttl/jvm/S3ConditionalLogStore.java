@@ -76,7 +76,7 @@ public class S3ConditionalLogStore extends S3SingleDriverLogStore {
             if (name.endsWith("FileAlreadyExistsException")
                     || name.endsWith("RemoteFileChangedException")
                     || message.contains("PreconditionFailed")
-                    || message.contains("412")) {
+                    || message.contains("Precondition Failed")) {
                 return true;
             }
         }

@@ -35,7 +35,6 @@ SOURCE = Path(__file__).parent / "FileLogStore.java"
 #: (``S3ConditionalLogStore.java``), which a profile names for its ``s3a`` paths.
 SOURCES = (SOURCE, Path(__file__).parent / "S3ConditionalLogStore.java")
 CLASS = "ttl.delta.FileLogStore"
-S3_CLASS = "ttl.delta.S3ConditionalLogStore"
 #: The Spark setting that picks Delta's log store for a scheme.
 SETTING = "spark.delta.logStore.file.impl"
 
@@ -87,6 +86,12 @@ def build(*, force: bool = False) -> tuple[Path | None, str]:
     return target, "built"
 
 
+def named(settings: dict[str, str]) -> bool:
+    """Whether ``settings`` name one of the jar's stores (its classes are ``ttl.delta.*``):
+    the jar must then be on the classpath."""
+    return any(str(value).startswith("ttl.delta.") for value in settings.values())
+
+
 def add_to(settings: dict[str, str]) -> dict[str, str]:
     """``settings`` with the store named for ``file:`` paths and its jar on ``spark.jars``,
     when the jar is built and the settings name no store of their own (pure but for the
@@ -98,8 +103,7 @@ def add_to(settings: dict[str, str]) -> dict[str, str]:
     # set that one): a profile that names either keeps its own.
     ours = {} if SETTING in settings or "spark.delta.logStore.class" in settings \
         else {SETTING: CLASS}
-    named = any(str(v).startswith("ttl.delta.") for v in settings.values())
-    if not ours and not named:  # the jar only when a store of it is named
+    if not ours and not named(settings):  # the jar only when a store of it is named
         return settings
     current = settings.get("spark.jars", "")
     return {**settings, **ours, "spark.jars": f"{current},{jar}" if current else str(jar)}

@@ -261,17 +261,17 @@ class DeltaStore:
         if self._background.start("ttl-warm-snapshot", warm):
             self._warming = warmed
 
-    def in_background(self, name: str, target: Callable[[], object]) -> None:
+    def in_background(self, name: str, target: Callable[[], object]) -> bool:
         """Run ``target`` on a thread that ``quiesce`` waits for (work that reads the table
         after a write, and that the writer's caller need not wait for), in a Spark job
         group of its own: not counted as a batch's jobs, and not cancelled with them when
-        a stream's query stops."""
+        a stream's query stops. ``False`` if the thread could not start."""
 
         def run() -> None:
             self.spark.sparkContext.setJobGroup(name, name, interruptOnCancel=False)
             target()
 
-        self._background.start(name, run)
+        return self._background.start(name, run)
 
     def checkpoint_later(self) -> None:
         """Checkpoint in the background when one is due (after a sweep's or maintenance's
