@@ -263,12 +263,19 @@ class MaintenanceConfig(_Section):
 class StreamConfig(_Section):
     """``on_lost_input``: what a start does when input the store has not read is gone from
     the topic (retention passed): ``stop`` names the lost ranges; ``skip`` goes on from the
-    earliest offsets and records the skipped ranges in the table's commit."""
+    earliest offsets and records the skipped ranges in the table's commit. ``batch_path``:
+    docs/scaling.md."""
 
     checkpoint: Location
     trigger: DurationMs = 2_000
     max_offsets_per_trigger: int = Field(default=100_000, gt=0)
     on_lost_input: Literal["stop", "skip"] = "stop"
+    #: Where a batch is folded (``ttl.store.distributed``): ``driver`` (collected to the
+    #: driver as Arrow: the fastest in local mode and for small batches), ``executors``
+    #: (the records stay there; only figures reach the driver), or ``auto``: the executors
+    #: on a cluster master for a batch of at least ``executor_min_records``.
+    batch_path: Literal["auto", "driver", "executors"] = "auto"
+    executor_min_records: int = Field(default=20_000, gt=0)
 
 
 class SparkConfig(_Section):

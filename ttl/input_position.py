@@ -104,7 +104,32 @@ def regressed(starts: dict[str, int], ends: dict[str, int], position: dict[str, 
     return {} if replay else behind
 
 
+def waiting(position: dict[str, int], marks: dict[int, tuple[int, int]]) -> int:
+    """How many offsets of the input lie past ``position``, by the partitions' (first,
+    end) offsets ``marks`` (a partition never read: from its first)."""
+    return sum(max(0, high - max(low, position.get(str(p), low)))
+               for p, (low, high) in marks.items())
+
+
 def starting(position: dict[str, int], partitions: Iterable[int | str]) -> dict[str, int]:
     """Where a new checkpoint starts each partition: right after the input the table
     recorded, else the earliest offset (Kafka's -2)."""
     return {str(p): position.get(str(p), -2) for p in partitions}
+
+
+def first_offsets(table) -> dict[str, int]:
+    """Per input partition of an Arrow batch, the offset of its first record."""
+    if table.num_rows == 0:
+        return {}
+    grouped = table.group_by("partition").aggregate([("offset", "min")])
+    return {str(p): int(o) for p, o in zip(grouped["partition"].to_pylist(),
+                                            grouped["offset_min"].to_pylist(), strict=True)}
+
+
+def next_offsets(table) -> dict[str, int]:
+    """Per input partition of an Arrow batch, the offset after its last record."""
+    if table.num_rows == 0:
+        return {}
+    grouped = table.group_by("partition").aggregate([("offset", "max")])
+    return {str(p): int(o) + 1 for p, o in zip(grouped["partition"].to_pylist(),
+                                                grouped["offset_max"].to_pylist(), strict=True)}

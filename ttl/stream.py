@@ -425,31 +425,42 @@ class StreamJob:
         from pyspark.sql import functions as F
 
         phases = BatchPhases(self.spark)
-        with phases.phase("read"):  # the one read of the Kafka input (Arrow, driver side)
-            table = frame.select(
-                "key", "value",
-                F.when(F.col("timestamp").isNull(), F.lit(-1))
-                 .otherwise(F.unix_millis("timestamp")).alias("timestamp"),
-                "headers", "partition", "offset").toArrow()
-            offsets = {**self.position, **next_offsets(table)}
+        records = frame.select(
+            "key", "value",
+            F.when(F.col("timestamp").isNull(), F.lit(-1))
+             .otherwise(F.unix_millis("timestamp")).alias("timestamp"),
+            "headers", "partition", "offset")
+        table = None
+        if not self._on_executors():
+            with phases.phase("read"):  # the one read of the Kafka input (Arrow, driver side)
+                table = records.toArrow()
         self.query_started.wait()  # the first batch can start before start() returns
         query_id = self.query.id
-        try:
-            self._check_replay(table, str(query_id), batch_id)
-        except BaseException as exc:
-            self.batch_error = exc
-            phases.close()
-            raise
         txn = (batch_txn_app_id(self.conf.store.name, query_id), batch_id)
+        position: dict[str, int] = {}
+
+        def metadata(first: dict[str, int], after: dict[str, int]) -> dict:
+            """The commit's input position, once the batch is known not to re-read input
+            the table holds (``_check_replay``)."""
+            self._check_replay(first, after, str(query_id), batch_id)
+            position.update({**self.position, **after})
+            return {"input_offsets": dict(position), "whole_position": True,
+                    "batch_id": batch_id, "query_id": query_id}
+
         try:
+            if table is not None:
+                meta = metadata(input_position.first_offsets(table),
+                                input_position.next_offsets(table))
             with phases.phase("lock_wait"):  # a wall sweep may hold the lock
                 self.lock.acquire()
             try:
-                result = self.store.apply_batch(
-                    table, metadata={"input_offsets": offsets, "whole_position": True,
-                                       "batch_id": batch_id, "query_id": query_id},
-                    txn=txn, phases=phases,
-                    keep_changes=True)
+                if table is not None:
+                    result = self.store.apply_batch(table, metadata=meta, txn=txn,
+                                                    phases=phases, keep_changes=True)
+                else:  # checked, on the executors' figures, before anything is written
+                    result = self.store.apply_frame(
+                        records, txn=txn, phases=phases,
+                        metadata=lambda f: metadata(f.first_offsets, f.next_offsets))
                 with phases.phase("sweep"):
                     evicted = self._stream_sweep()
                 with phases.phase("floor"):  # now and then: a start-up reads few commits
@@ -463,6 +474,7 @@ class StreamJob:
                 # is published by the next batch, from its own rows.
                 upto = delta_log.latest_version(self.spark, self.store.path)
                 stream_time = self.store.stream_time.value
+                offsets = dict(position)
                 self.publication.behind(result, upto, phases, lambda published: self._batch_done(
                     batch_id, result, evicted, published, phases, jobs, own, offsets,
                     stream_time))
@@ -475,6 +487,21 @@ class StreamJob:
             raise
         finally:
             phases.close()  # on this thread (the job group is a thread's property)
+
+    def _on_executors(self) -> bool:
+        """Whether this batch is folded on the executors (``ttl.store.distributed``) rather
+        than in the driver: ``stream.batch_path``; under ``auto``, on a cluster (a master
+        that is not ``local``) for a batch of at least ``stream.executor_min_records``
+        records, as far as the input's end offsets tell before it is read (an estimate:
+        the batch is at most ``stream.max_offsets_per_trigger``)."""
+        s = self.conf.stream
+        if s.batch_path != "auto":
+            return s.batch_path == "executors"
+        if self.spark.sparkContext.master.startswith("local"):
+            return False
+        marks = self.kafka.watermarks(self.conf.kafka.input_topic) or {}
+        waiting = input_position.waiting(self.position, marks)
+        return min(waiting, s.max_offsets_per_trigger) >= s.executor_min_records
 
     def _batch_done(self, batch_id: int, result, evicted: dict, published, phases,
                     jobs: dict, own: float, offsets: dict[str, int],
@@ -501,15 +528,17 @@ class StreamJob:
             "input_offsets": offsets, "catch_up": self._catch_up(offsets),
         }, sort_keys=True))
 
-    def _check_replay(self, table, query_id: str, batch_id: int) -> None:
-        """Refuse a batch that re-reads input the table has applied, unless it is the replay
-        of the batch that recorded the position (same query and batch id, nothing beyond
-        the position: Delta's txn id skips it). Anything else is a regressed checkpoint:
-        applied, it would put old records back over newer state; skipped as "already
-        applied" by a reused batch id, it would drop the new records it also holds."""
+    def _check_replay(self, first: dict[str, int], after: dict[str, int], query_id: str,
+                      batch_id: int) -> None:
+        """Refuse a batch (its first offsets and those after it, per input partition) that
+        re-reads input the table has applied, unless it is the replay of the batch that
+        recorded the position (same query and batch id, nothing beyond the position:
+        Delta's txn id skips it). Anything else is a regressed checkpoint: applied, it would
+        put old records back over newer state; skipped as "already applied" by a reused
+        batch id, it would drop the new records it also holds."""
 
-        behind = input_position.regressed(first_offsets(table), next_offsets(table),
-                                          self.position, self.last_batch, query_id, batch_id)
+        behind = input_position.regressed(first, after, self.position, self.last_batch,
+                                          query_id, batch_id)
         if not behind:
             return
         where = ", ".join(f"partition {p} from offset {o} (applied up to {at})"
@@ -591,20 +620,3 @@ class StreamJob:
         s.evicted["stream"] += evicted.get("stream", 0)
         s.evicted["wall"] = self.jobs.evicted_total
 
-
-def first_offsets(table) -> dict[str, int]:
-    """Per input partition of an Arrow batch, the offset of its first record."""
-    if table.num_rows == 0:
-        return {}
-    grouped = table.group_by("partition").aggregate([("offset", "min")])
-    return {str(p): int(o) for p, o in zip(grouped["partition"].to_pylist(),
-                                            grouped["offset_min"].to_pylist(), strict=True)}
-
-
-def next_offsets(table) -> dict[str, int]:
-    """Per input partition of an Arrow batch, the offset after its last record."""
-    if table.num_rows == 0:
-        return {}
-    grouped = table.group_by("partition").aggregate([("offset", "max")])
-    return {str(p): int(o) + 1 for p, o in zip(grouped["partition"].to_pylist(),
-                                                grouped["offset_max"].to_pylist(), strict=True)}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from ttl.expiry_floor import NEVER, ExpiryFloor
-from ttl.stream import next_offsets
+from ttl.input_position import next_offsets
 
 
 def test_unknown_until_set_and_only_at_its_version():

@@ -12,6 +12,8 @@ from ttl.config import REPO_ROOT
 #: Modules allowed ``ttl`` imports inside functions, and why.
 ALLOWED = {
     "ttl/cli.py": "each command loads only what it runs: `ttl -h` in 0.06 s, not 0.5 s",
+    "ttl/store/__init__.py": "executors import ttl.store.fold (the batch on the executors) "
+                             "without the driver's modules (configuration, pydantic, delta-rs)",
 }
 
 

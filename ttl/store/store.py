@@ -40,6 +40,7 @@ from ttl.names import (
 from ttl.phases import BatchPhases
 from ttl.record import Entry, Headers, InputRecord, ValueTimestampHeaders
 from ttl.store import layout
+from ttl.store.distributed import Figures, write_frame
 from ttl.store.fold import records_table
 from ttl.store.lookup import Lookup
 from ttl.store.write import WriteResult, write_batch
@@ -210,24 +211,46 @@ class DeltaStore:
                     txn: tuple[str, int] | None = None, phases=None,
                     keep_changes: bool = False) -> WriteResult:
         """Apply input records (an Arrow table or a DataFrame in
-        ``fold.input_arrow_schema()``) in one store commit."""
-        wall = self.wall_clock.now_ms() if wall_ms is None else wall_ms
-        t0 = batch_clock(self.clock_kind, wall, self.stream_time.value)
-        meta = {"op": OP_BATCH, "store": self.conf.name, "clock": self.clock_kind,
-                **(metadata or {}), "stream_time": self.stream_time.value}
+        ``fold.input_arrow_schema()``) in one store commit, folded in the driver."""
         table = records if hasattr(records, "num_rows") else records.toArrow()
-        with (phases or BatchPhases()).phase("snapshot_wait"):
-            self.settle()
         # A concurrent commit (an operator's DELETE or UPDATE, a sweep of another process)
         # that conflicts aborts the write without a commit: the whole batch runs again
         # against the new version (lookup, fold, write; the txn id keeps it idempotent).
         done: set[str] = set()
+        return self._apply(
+            lambda wall, t0, meta: write_batch(
+                self.spark, self.path, self.dead_letter_path, table, sem=self.sem,
+                wall_ms=wall, t0=t0, metadata=meta, txn=txn, phases=phases,
+                keep_changes=keep_changes, done=done, lookup=self.lookup,
+                fence=self.check_writable),
+            wall_ms, metadata, phases)
+
+    def apply_frame(self, records, *, metadata: Callable[[Figures], dict],
+                    wall_ms: int | None = None, txn: tuple[str, int] | None = None,
+                    phases=None) -> WriteResult:
+        """Apply input records that stay on the executors (a DataFrame in
+        ``fold.input_arrow_schema()``'s columns) in one store commit
+        (``ttl.store.distributed``): ``metadata`` gives the commit's metadata from the
+        batch's figures (its input offsets), and may refuse the batch by raising."""
+        return self._apply(
+            lambda wall, t0, meta: write_frame(
+                self.spark, self.path, self.dead_letter_path, records, sem=self.sem,
+                wall_ms=wall, t0=t0, metadata=lambda figures: {**meta, **metadata(figures)},
+                txn=txn, phases=phases, fence=self.check_writable),
+            wall_ms, {}, phases)
+
+    def _apply(self, write: Callable[[int, int, dict], tuple[WriteResult, dict]],
+               wall_ms: int | None, metadata: dict | None, phases) -> WriteResult:
+        """One batch commit by ``write(wall, t0, metadata)``, retried after a conflict;
+        then stream time, the expiry bound and the next snapshot follow it."""
+        wall = self.wall_clock.now_ms() if wall_ms is None else wall_ms
+        t0 = batch_clock(self.clock_kind, wall, self.stream_time.value)
+        meta = {"op": OP_BATCH, "store": self.conf.name, "clock": self.clock_kind,
+                **(metadata or {}), "stream_time": self.stream_time.value}
+        with (phases or BatchPhases()).phase("snapshot_wait"):
+            self.settle()
         (result, final), retries = delta_log.retrying(
-            lambda: write_batch(self.spark, self.path, self.dead_letter_path, table,
-                                sem=self.sem, wall_ms=wall, t0=t0, metadata=meta, txn=txn,
-                                phases=phases, keep_changes=keep_changes, done=done,
-                                lookup=self.lookup, fence=self.check_writable),
-            what=f"batch of {self.conf.name}")
+            lambda: write(wall, t0, meta), what=f"batch of {self.conf.name}")
         result.retries = retries
         self.stream_time.advance(final["stream_time"])
         if result.applied:

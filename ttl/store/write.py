@@ -48,6 +48,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from ttl import commit, delta_log
 from ttl.errors import StaleLookup
@@ -61,6 +62,7 @@ from ttl.store.lookup import PRUNE_KEYS, Lookup
 __all__ = ["WriteResult", "write_batch"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: How many times a batch looks up and folds again when commits land after its lookup.
 STALE_LOOKUPS = 5
@@ -109,8 +111,14 @@ def _write_dead_letters(spark, rejects, dead_letter_path: str, wall_ms: int,
 
     # rejected_at in Arrow: Spark then has no column to compute over the driver's rows
     # (``layout.key_hashes`` says why that matters).
-    rejected = frame(spark, rejects.append_column(
-        "rejected_at", pa.repeat(pa.scalar(wall_ms, pa.int64()), rejects.num_rows)))
+    append_dead_letters(frame(spark, rejects.append_column(
+        "rejected_at", pa.repeat(pa.scalar(wall_ms, pa.int64()), rejects.num_rows))),
+        dead_letter_path, txn)
+
+
+def append_dead_letters(rejected, dead_letter_path: str, txn: tuple[str, int] | None) -> None:
+    """Append a batch's dead letters (a DataFrame in the dead-letter table's columns) under
+    the batch's own idempotent id, so a batch that runs again does not add them twice."""
     writer = rejected.write.format("delta").mode("append")
     if txn is not None:
         writer = writer.option("txnAppId", f"{txn[0]}:dead-letters").option("txnVersion", txn[1])
@@ -132,11 +140,20 @@ def _write_expired_keys(spark, path: str, write_id: str, hex_keys: list[str],
                         wall_ms: int) -> None:
     import pyarrow as pa
 
+    keys = frame(spark, pa.table({"key": pa.array([bytes.fromhex(k) for k in hex_keys],
+                                                  pa.binary())}))
+    append_expired_keys(spark, path, write_id, keys, wall_ms)
+
+
+def append_expired_keys(spark, path: str, write_id: str, keys, wall_ms: int) -> None:
+    """Put a write's expired-on-arrival keys (a DataFrame of ``key``) in the store's
+    expired-keys table under its id (``EXPIRED_KEYS_INLINE``)."""
+    from pyspark.sql import functions as F
+
     ensure_expired_keys_table(spark, path)
-    rows = pa.table({"write_id": pa.repeat(pa.scalar(write_id), len(hex_keys)),
-                     "key": pa.array([bytes.fromhex(k) for k in hex_keys], pa.binary()),
-                     "written_at": pa.repeat(pa.scalar(wall_ms, pa.int64()), len(hex_keys))})
-    frame(spark, rows).write.format("delta").mode("append").save(path)
+    (keys.select(F.lit(write_id).alias("write_id"), "key",
+                 F.lit(wall_ms).cast("bigint").alias("written_at"))
+     .write.format("delta").mode("append").save(path))
 
 
 def expired_keys(spark, store_path: str, meta: dict) -> list[str]:
@@ -212,8 +229,12 @@ def _append(spark, path: str, changes, wall_ms: int) -> None:
     """Every change inserts a key the table does not hold (the lookup found none of the
     batch's keys, at the version the write starts from): a blind append gives the MERGE's
     exact table and change feed (the same inserts) without scanning the table for matches."""
-    rows = _table_rows(_hashed(changes), wall_ms)
-    frame(spark, rows).write.format("delta").mode("append").save(path)
+    append_rows(frame(spark, _table_rows(_hashed(changes), wall_ms)), path)
+
+
+def append_rows(rows, path: str) -> None:
+    """Append table rows (a DataFrame in the store table's columns: ``_append``)."""
+    rows.write.format("delta").mode("append").save(path)
 
 
 def _removes(changes) -> bool:
@@ -244,13 +265,21 @@ def _replace(spark, path: str, changes, wall_ms: int) -> None:
     condition is what Delta 4.4 runs but does not document, so only batches with removals
     depend on it."""
     hashed = _hashed(changes)
-    rows = frame(spark, _table_rows(hashed, wall_ms))
-    if not _removes(changes):
+    keys = spark.createDataFrame(hashed.select(["key_hash", "key"])) if _removes(changes) else None
+    replace_rows(spark, path, frame(spark, _table_rows(hashed, wall_ms)), keys)
+
+
+def replace_rows(spark, path: str, rows, removed_too=None) -> None:
+    """``_replace`` of table rows (a DataFrame in the store table's columns); with
+    ``removed_too`` (a DataFrame of every changed key's ``key_hash, key``, the removed ones
+    included), ``replaceOn`` deletes the stored rows of those keys, else ``replaceUsing``
+    those of the rows' own keys."""
+    if removed_too is None:
         (rows.write.format("delta").mode("overwrite")
          .option("replaceUsing", "key_hash, key").save(path))
         return
     view = f"ttl_changed_keys_{uuid.uuid4().hex}"
-    spark.createDataFrame(hashed.select(["key_hash", "key"])).createOrReplaceTempView(view)
+    removed_too.createOrReplaceTempView(view)
     try:
         (rows.write.format("delta").mode("overwrite").option("targetAlias", "t")
          .option("replaceOn", f"(t.key_hash, t.key) IN (SELECT key_hash, key FROM {view})")
@@ -368,19 +397,74 @@ LOGGED_METRICS = ("numOutputRows", "numFiles", "numOutputBytes",
 REPLACE_METRICS = ("numDeletedRows", "numAddedChangeFiles")
 
 
-def _write_kind(spark, changes, stored, unchanged_since_lookup: bool,
-                share: float | None = None) -> str:
-    """The write that applies ``changes`` (module docstring, step 4); ``share``: of the
-    table's bytes at the lookup's version, the share in files that may hold a changed key
-    (``lookup.read_share``; ``None``: unknown)."""
+def _write_kind(spark, changes, stored, share: float | None = None) -> str:
+    """The write that applies ``changes`` (module docstring, step 4) onto the table at the
+    lookup's version (``at_stable_version``); ``share``: of its bytes, the share in files
+    that may hold a changed key (``lookup.read_share``; ``None``: unknown)."""
     if not changes.num_rows:
         return "empty"
-    if not stored.num_rows and unchanged_since_lookup:
+    if not stored.num_rows:
         return "append"
     upserts = _upserts(changes)
-    if upserts and unchanged_since_lookup and _prunes(spark, changes, share):
+    if upserts and _prunes(spark, changes, share):
         return "replace_where"
     return "replace" if upserts and replace_supported(spark, _removes(changes)) else "merge"
+
+
+def at_stable_version(spark, path: str, attempt: Callable[[int], T],
+                      fence: Callable[[], None] | None = None) -> tuple[T, int]:
+    """Run ``attempt(version)`` (a batch's lookup and fold at the table's latest version)
+    until no commit landed meanwhile; returns its outcome and that version.
+
+    Delta's writers take no expected version: a commit that landed after the lookup (an
+    operator's DELETE, another process's sweep) would be overwritten by a fold computed
+    without it, so the lookup and fold run again on the new version. A commit after the
+    lookup (a fence's too) shows here: the next attempt checks ``fence`` again (first: a
+    removed table or a lost lease is named there), then looks up again."""
+    for _attempt in range(STALE_LOOKUPS + 1):
+        if fence is not None:
+            fence()
+        version = delta_log.latest_version(spark, path)
+        outcome = attempt(version)
+        now = delta_log.latest_version(spark, path)
+        if now == version:
+            return outcome, version
+        log.info("%s: version %s landed after the batch's lookup at %s; looking up again",
+                 path, now, version)
+    raise StaleLookup(f"{path}: other commits kept landing between the batch's lookup and "
+                      f"its write ({STALE_LOOKUPS + 1} tries)")
+
+
+def final_metadata(metadata: dict, max_ts: int | None, *, t0: int, wall_ms: int,
+                   expired_keys: list[str] | str) -> dict:
+    """The batch commit's metadata: the caller's, with stream time raised to the batch's
+    largest timestamp, the batch clock, its expired-on-arrival keys and the write's id."""
+    before = metadata.get("stream_time")
+    after = before if max_ts is None else (max_ts if before is None else max(before, max_ts))
+    return {**metadata, "stream_time": after, "t0": t0, "wall": wall_ms,
+            "expired_keys": expired_keys, "write_id": uuid.uuid4().hex}
+
+
+def commit_write(spark, path: str, result: WriteResult, meta: dict,
+                 txn: tuple[str, int] | None, write: Callable[[], None]) -> None:
+    """Make the batch's commit with ``write`` (the write ``result.write`` names) under the
+    batch's metadata and idempotent id, then say in ``result`` whether it committed, at
+    which version and with which Delta metrics."""
+    with commit.commit_settings(spark, meta, txn):
+        write()
+    # Our commit is the one carrying this write's id: a replay skipped by its txn id
+    # makes none, and another writer's commit in the meantime is not ours.
+    written = delta_log.find_commit(spark, path, op=meta.get("op"), key="write_id",
+                                    value=meta["write_id"], since=result.version_before)
+    result.applied = written is not None
+    result.version = (written.version if written is not None
+                      else delta_log.latest_version(spark, path))
+    if written is not None:
+        logged = (REPLACE_METRICS if result.write in ("replace", "replace_where")
+                  else LOGGED_METRICS)
+        result.metrics = {k: int(v) for k, v in written.metrics.items() if k in logged}
+    else:
+        result.write = "skipped"  # a replay: Delta's txn id skipped it, nothing written
 
 
 def write_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semantics,
@@ -389,8 +473,8 @@ def write_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
                 keep_changes: bool = False, done: set[str] | None = None,
                 lookup: Lookup | None = None,
                 fence: Callable[[], None] | None = None) -> tuple[WriteResult, dict]:
-    """Apply ``records`` (an Arrow table, or a DataFrame, in ``fold.input_arrow_schema()``)
-    in one store commit; returns the result and the final metadata.
+    """Apply ``records`` (an Arrow table in ``fold.input_arrow_schema()``) in one store
+    commit; returns the result and the final metadata.
 
     ``metadata`` must already hold the stream time *before* the batch under
     ``stream_time``; it is raised to include this batch's records before committing.
@@ -406,80 +490,45 @@ def write_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
     done = set() if done is None else done
     phases = phases or BatchPhases()
     lookup = lookup or Lookup()
-    table = records if hasattr(records, "num_rows") else records.toArrow()
-    keys = batch_keys(table)
-    for _attempt in range(STALE_LOOKUPS + 1):
-        if fence is not None:  # first: a removed table or a lost lease is named here
-            fence()
+    keys = batch_keys(records)
+
+    def attempt(version: int):
         with phases.phase("lookup"):
-            lookup_version = delta_log.latest_version(spark, path)
-            stored = lookup(spark, path, keys, lookup_version)
+            stored = lookup(spark, path, keys, version)
         with phases.phase("fold"):
-            folded = fold_table(table, stored, wall_ms, t0, sem)
+            folded = fold_table(records, stored, wall_ms, t0, sem)
         if folded.rejects.num_rows and "dead_letters" not in done:
             with phases.phase("dead_letters"):  # the same records are rejected every time
                 _write_dead_letters(spark, folded.rejects, dead_letter_path, wall_ms, txn)
             done.add("dead_letters")
-        # Delta's writers take no expected version: a commit that landed after the lookup
-        # (an operator's DELETE, another process's sweep) would be overwritten by a fold
-        # computed without it, so the lookup and fold run again on the new version.
-        # A commit after the lookup (a fence's too) shows here: the next attempt checks
-        # the fence again, then looks up again.
-        version_before = delta_log.latest_version(spark, path)
-        if version_before == lookup_version:
-            break
-        log.info("%s: version %s landed after the batch's lookup at %s; looking up again",
-                 path, version_before, lookup_version)
-    else:
-        raise StaleLookup(f"{path}: other commits kept landing between the batch's lookup and "
-                          f"its write ({STALE_LOOKUPS + 1} tries)")
+        return stored, folded
+
+    (stored, folded), version_before = at_stable_version(spark, path, attempt, fence)
     result = WriteResult(folded.counts, folded.max_ts, rows_upserted=folded.upserted,
                          rows_deleted=folded.deleted, rows_expired=folded.expired,
                          rejected_by_reason=folded.counts.rejected,
-                         earliest_expiry=folded.earliest_expiry)
-    before = metadata.get("stream_time")
-    after = before if result.max_ts is None else (
-        result.max_ts if before is None else max(before, result.max_ts))
-    final_meta = {**metadata, "stream_time": after, "t0": t0, "wall": wall_ms,
-                  "expired_keys": folded.expired_keys, "write_id": uuid.uuid4().hex}
+                         earliest_expiry=folded.earliest_expiry,
+                         version_before=version_before)
+    final_meta = final_metadata(metadata, result.max_ts, t0=t0, wall_ms=wall_ms,
+                                expired_keys=folded.expired_keys)
     if len(folded.expired_keys) > EXPIRED_KEYS_INLINE:
         with phases.phase("expired_keys"):
             _write_expired_keys(spark, sibling(path, EXPIRED_KEYS_SUFFIX),
                                 final_meta["write_id"], folded.expired_keys, wall_ms)
         final_meta["expired_keys"] = EXPIRED_KEYS_ASIDE
     with phases.phase("write"):
-        result.version_before = version_before
-        share = lookup.share_to_read(path, lookup_version, folded.changes["key"])
-        result.write = _write_kind(spark, folded.changes, stored,
-                                   version_before == lookup_version, share)
-        with commit.commit_settings(spark, final_meta, txn):
-            if result.write == "append":
-                _append(spark, path, folded.changes, wall_ms)
-            elif result.write == "replace":
-                _replace(spark, path, folded.changes, wall_ms)
-            elif result.write == "replace_where":
-                _replace_where(spark, path, folded.changes, wall_ms)
-            elif result.write == "merge":
-                _merge(spark, path, folded.changes, wall_ms,
-                       named=version_before == lookup_version
-                       and _prunes(spark, folded.changes, share))
-            else:
-                _empty_commit(spark, path, final_meta)
-        # Our commit is the one carrying this write's id: a replay skipped by its txn id
-        # makes none, and another writer's commit in the meantime is not ours.
-        written = delta_log.find_commit(spark, path, op=final_meta.get("op"), key="write_id",
-                                        value=final_meta["write_id"], since=version_before)
-        result.applied = written is not None
-        result.version = (written.version if written is not None
-                          else delta_log.latest_version(spark, path))
-        if written is not None:
-            logged = (REPLACE_METRICS if result.write in ("replace", "replace_where")
-                      else LOGGED_METRICS)
-            result.metrics = {k: int(v) for k, v in written.metrics.items() if k in logged}
-        else:
-            result.write = "skipped"  # a replay: Delta's txn id skipped it, nothing written
-    if (keep_changes and result.applied and lookup_version == version_before
-            and result.version == version_before + 1):
-        result.changes = folded.changes.select(
-            ["kind", "key", "value", "ts", "headers", "record_ttl"])
+        changes = folded.changes
+        share = lookup.share_to_read(path, version_before, changes["key"])
+        result.write = _write_kind(spark, changes, stored, share)
+        writes = {
+            "append": lambda: _append(spark, path, changes, wall_ms),
+            "replace": lambda: _replace(spark, path, changes, wall_ms),
+            "replace_where": lambda: _replace_where(spark, path, changes, wall_ms),
+            "merge": lambda: _merge(spark, path, changes, wall_ms,
+                                    named=_prunes(spark, changes, share)),
+            "empty": lambda: _empty_commit(spark, path, final_meta),
+        }
+        commit_write(spark, path, result, final_meta, txn, writes[result.write])
+    if keep_changes and result.applied and result.version == version_before + 1:
+        result.changes = changes.select(["kind", "key", "value", "ts", "headers", "record_ttl"])
     return result, final_meta

@@ -1,0 +1,314 @@
+"""The batch on the executors: the same fold, where the records are (docs/scaling.md).
+
+The driver path (``ttl.store.write``) takes a micro-batch as one Arrow table in the driver:
+the right trade in local mode, where driver and executors share the machine, and the
+ceiling on a cluster, where the driver would carry every record. Here the records never
+reach the driver:
+
+1. the input DataFrame (Spark's Kafka rows) gets its keys' ``key_hash`` on the executors;
+2. the stored rows of the batch's keys are a join of the table's narrow columns, at the
+   version the write starts from, with the batch's distinct keys;
+3. input and stored rows, tagged, are hash-partitioned by ``key_hash`` (a key's records and
+   its stored row meet in one partition) and each partition is folded by
+   ``ttl.store.fold.fold_table``, the driver path's own code: the fold is per key, so
+   folding the partitions apart is folding the batch (the same generated-sequence tests
+   hold both paths to the reference model). Out come the changes, the dead letters and
+   one row of figures per partition (counts, largest timestamp, earliest expiry, the
+   input offsets it saw);
+4. that result is persisted (computed once, kept in the executors' block managers): the
+   dead letters, the expired-keys list and the commit read it there;
+5. the driver gets the figures only, and makes the commit: Delta's replace (or an append,
+   a MERGE, an empty commit, as on the driver path) of a DataFrame the executors hold.
+
+What stays on the driver: one row of figures per partition, the expired-on-arrival keys
+when there are at most ``write.EXPIRED_KEYS_INLINE`` of them (they go in the commit's
+metadata), and the commit. The changelog is published from the version's change data, as
+after any commit whose rows the driver does not hold.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ttl.input_position import first_offsets, next_offsets
+from ttl.model import Counts, Semantics
+from ttl.names import EXPIRED_KEYS_SUFFIX, sibling
+from ttl.phases import BatchPhases
+from ttl.store.fold import INPUT_COLUMNS, STORED_COLUMNS, fold_table, input_arrow_schema
+from ttl.store.layout import headers_arrow_type
+from ttl.store.write import (
+    EXPIRED_KEYS_ASIDE,
+    EXPIRED_KEYS_INLINE,
+    WriteResult,
+    _empty_commit,
+    _merge_into,
+    append_dead_letters,
+    append_expired_keys,
+    append_rows,
+    at_stable_version,
+    commit_write,
+    final_metadata,
+    replace_rows,
+    replace_supported,
+)
+
+__all__ = ["write_frame"]
+
+INPUT, STORED = 0, 1  # the tag of a row that goes into a partition's fold
+REJECT, FIGURES = "reject", "figures"  # the ``kind`` of an output row that is no change
+
+#: One schema for everything a partition's fold gives back (``kind`` says which columns a
+#: row fills): changes (``upsert``/``delete``: the driver path's change rows), dead
+#: letters (``reject``) and the partition's figures (``figures``: JSON).
+OUTPUT_DDL = ("kind STRING, key BINARY, value BINARY, ts BIGINT, "
+              "headers ARRAY<STRUCT<key: STRING, value: BINARY>>, expires_at BIGINT, "
+              "record_ttl BIGINT, removal_op STRING, timestamp BIGINT, "
+              "source_partition INT, source_offset BIGINT, reason STRING, detail STRING, "
+              "figures STRING")
+
+
+@dataclass
+class Figures:
+    """What the partitions' folds say about the batch, summed on the driver."""
+
+    counts: Counts = field(default_factory=Counts)
+    max_ts: int | None = None
+    earliest_expiry: int | None = None
+    upserted: int = 0
+    deleted: int = 0
+    expired: int = 0
+    stored: int = 0  # stored rows of the batch's keys the join found
+    rejects: int = 0
+    first_offsets: dict[str, int] = field(default_factory=dict)
+    next_offsets: dict[str, int] = field(default_factory=dict)
+
+    def add(self, part: dict) -> None:
+        self.counts.add(Counts(**{**part["counts"], "rejected": Counter(
+            part["counts"]["rejected"])}))
+        for name in ("upserted", "deleted", "expired", "stored", "rejects"):
+            setattr(self, name, getattr(self, name) + part[name])
+        self.max_ts = _extreme(max, self.max_ts, part["max_ts"])
+        self.earliest_expiry = _extreme(min, self.earliest_expiry, part["earliest_expiry"])
+        for p, o in part["first_offsets"].items():
+            self.first_offsets[p] = min(o, self.first_offsets.get(p, o))
+        for p, o in part["next_offsets"].items():
+            self.next_offsets[p] = max(o, self.next_offsets.get(p, o))
+
+
+def _extreme(pick, a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else pick(a, b)
+
+
+def output_schema():
+    """``OUTPUT_DDL`` in Arrow, built on the executor (no Spark session there to parse the
+    DDL; a test holds the two equal)."""
+    import pyarrow as pa
+
+    return pa.schema([
+        ("kind", pa.string()), ("key", pa.binary()), ("value", pa.binary()),
+        ("ts", pa.int64()), ("headers", headers_arrow_type()), ("expires_at", pa.int64()),
+        ("record_ttl", pa.int64()), ("removal_op", pa.string()), ("timestamp", pa.int64()),
+        ("source_partition", pa.int32()), ("source_offset", pa.int64()),
+        ("reason", pa.string()), ("detail", pa.string()), ("figures", pa.string())])
+
+
+def _padded(table, kind: str | None, schema):
+    """``table``'s columns in the output schema, the others null (``kind`` set if given)."""
+    import pyarrow as pa
+
+    n = table.num_rows
+    columns = []
+    for f in schema:
+        if f.name == "kind" and kind is not None:
+            columns.append(pa.array([kind] * n, pa.string()))
+        elif f.name in table.column_names:
+            columns.append(table[f.name].cast(f.type))
+        else:
+            columns.append(pa.nulls(n, f.type))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def fold_partition(batches, *, wall_ms: int, t0: int, sem: Semantics):
+    """One partition's fold (``mapInArrow``, on an executor): its input records and the
+    stored rows of their keys -> change rows, dead letters and one row of figures."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+
+    batches = list(batches)
+    if not batches or not any(b.num_rows for b in batches):
+        return
+    rows = pa.Table.from_batches(batches)
+    inputs = rows.filter(pc.equal(rows["tag"], INPUT)).select(list(INPUT_COLUMNS))
+    inputs = inputs.cast(input_arrow_schema())
+    stored = rows.filter(pc.equal(rows["tag"], STORED)).select(list(STORED_COLUMNS))
+    folded = fold_table(inputs, stored, wall_ms, t0, sem)
+    schema = output_schema()
+    figures = {"counts": folded.counts.as_dict(), "max_ts": folded.max_ts,
+               "earliest_expiry": folded.earliest_expiry, "upserted": folded.upserted,
+               "deleted": folded.deleted, "expired": folded.expired,
+               "stored": stored.num_rows, "rejects": folded.rejects.num_rows,
+               "first_offsets": first_offsets(inputs), "next_offsets": next_offsets(inputs)}
+    for part in (_padded(folded.changes, None, schema),
+                 _padded(folded.rejects, REJECT, schema),
+                 _padded(pa.table({"figures": [json.dumps(figures)]}), FIGURES, schema)):
+        yield from part.to_batches()
+
+
+@dataclass
+class Spread:
+    """A batch folded on the executors: the result (persisted) and its figures."""
+
+    out: object  # DataFrame in ``OUTPUT_DDL``
+    figures: Figures
+
+    def changes(self):
+        from pyspark.sql import functions as F
+
+        return (self.out.where(F.col("kind").isin("upsert", "delete"))
+                .select("kind", "key", "value", "ts", "headers", "expires_at", "record_ttl",
+                        "removal_op")
+                .withColumn("key_hash", F.xxhash64("key")))
+
+    def table_rows(self, wall_ms: int):
+        """The upserts as the store table's rows (its columns, in its order)."""
+        from pyspark.sql import functions as F
+
+        return (self.changes().where(F.col("kind") == "upsert")
+                .select("key", "value", "ts", "headers", "expires_at",
+                        F.lit(wall_ms).cast("bigint").alias("updated_at"), "key_hash",
+                        "record_ttl"))
+
+    def rejects(self, wall_ms: int):
+        from pyspark.sql import functions as F
+
+        return (self.out.where(F.col("kind") == REJECT)
+                .select("key", "value", "timestamp", "headers", "source_partition",
+                        "source_offset", "reason", "detail",
+                        F.lit(wall_ms).cast("bigint").alias("rejected_at")))
+
+    def expired_keys(self):
+        from pyspark.sql import functions as F
+
+        return (self.out.where((F.col("kind") == "delete") & (F.col("removal_op") == "expire"))
+                .select("key"))
+
+
+def fold_frame(spark, path: str, records, version: int, *, wall_ms: int, t0: int,
+               sem: Semantics) -> Spread:
+    """Fold ``records`` (a DataFrame with the Kafka source's columns, ``timestamp`` in ms)
+    onto the table at ``version``, on the executors (module docstring, steps 1-4)."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    inputs = records.select(
+        F.lit(INPUT).alias("tag"), F.xxhash64("key").alias("key_hash"),
+        *[F.col(c) for c in INPUT_COLUMNS])
+    keys = inputs.where(F.col("key").isNotNull()).select("key_hash", "key").distinct()
+    stored = (spark.read.format("delta").option("versionAsOf", version).load(path)
+              .select("key_hash", *STORED_COLUMNS)
+              .join(keys, ["key_hash", "key"], "left_semi")
+              .select(F.lit(STORED).alias("tag"), "key_hash", *STORED_COLUMNS))
+    partitions = max(1, spark.sparkContext.defaultParallelism)
+    fold = functools.partial(fold_partition, wall_ms=wall_ms, t0=t0, sem=sem)
+    out = (inputs.unionByName(stored, allowMissingColumns=True)
+           .repartition(partitions, "key_hash")
+           .mapInArrow(fold, OUTPUT_DDL)
+           .persist(StorageLevel.MEMORY_AND_DISK))
+    figures = Figures()  # this job computes (and keeps) every partition's whole output
+    for row in out.where(F.col("kind") == FIGURES).select("figures").collect():
+        figures.add(json.loads(row.figures))
+    return Spread(out, figures)
+
+
+def in_session(frame, spark):
+    """``frame`` planned in ``spark``'s session: a batch's writes must run in the store's
+    own session, whose settings say which commit they make (``ttl.commit``), and a
+    DataFrame writes through the session it belongs to (the stream's frames belong to the
+    query's session). The same logical plan, so the same rows (Spark's Kafka source reads
+    its batch's fixed offsets wherever it is planned)."""
+    from pyspark.sql import DataFrame
+
+    if frame.sparkSession is spark:
+        return frame
+    jvm = spark.sparkContext._jvm
+    moved = jvm.org.apache.spark.sql.classic.Dataset.ofRows(spark._jsparkSession,
+                                                             frame._jdf.logicalPlan())
+    return DataFrame(moved, spark)
+
+
+def write_frame(spark, path: str, dead_letter_path: str, records, *, sem: Semantics,
+                wall_ms: int, t0: int, metadata: Callable[[Figures], dict],
+                txn: tuple[str, int] | None = None, phases: BatchPhases | None = None,
+                fence: Callable[[], None] | None = None) -> tuple[WriteResult, dict]:
+    """``write.write_batch`` for a batch that stays on the executors: ``records`` is the
+    input DataFrame; ``metadata`` gives the commit's metadata (the stream time before the
+    batch under ``stream_time``) from the batch's figures (its input offsets), and may
+    raise to refuse the batch before anything is written."""
+    phases = phases or BatchPhases()
+    records = in_session(records, spark)
+    spreads: list[Spread] = []
+
+    def attempt(version: int) -> Spread:
+        for old in spreads:  # an earlier attempt's, at an older version
+            old.out.unpersist()
+        with phases.phase("fold"):
+            spread = fold_frame(spark, path, records, version, wall_ms=wall_ms, t0=t0, sem=sem)
+        spreads.append(spread)
+        return spread
+
+    try:
+        spread, version_before = at_stable_version(spark, path, attempt, fence)
+        return _commit(spark, path, dead_letter_path, spread, version_before, sem=sem,
+                       wall_ms=wall_ms, t0=t0, metadata=metadata, txn=txn, phases=phases)
+    finally:
+        for spread in spreads:
+            spread.out.unpersist()
+
+
+def _commit(spark, path: str, dead_letter_path: str, spread: Spread, version_before: int, *,
+            sem: Semantics, wall_ms: int, t0: int, metadata: Callable[[Figures], dict],
+            txn: tuple[str, int] | None, phases: BatchPhases) -> tuple[WriteResult, dict]:
+    f = spread.figures
+    meta = metadata(f)
+    result = WriteResult(f.counts, f.max_ts, rows_upserted=f.upserted, rows_deleted=f.deleted,
+                         rows_expired=f.expired, rejected_by_reason=f.counts.rejected,
+                         earliest_expiry=f.earliest_expiry, version_before=version_before)
+    if f.rejects:
+        with phases.phase("dead_letters"):
+            append_dead_letters(spread.rejects(wall_ms), dead_letter_path, txn)
+    inline = f.expired <= EXPIRED_KEYS_INLINE
+    hex_keys = ([bytes(r.key).hex() for r in spread.expired_keys().collect()]
+                if inline else EXPIRED_KEYS_ASIDE)
+    final_meta = final_metadata(meta, f.max_ts, t0=t0, wall_ms=wall_ms, expired_keys=hex_keys)
+    if not inline:
+        with phases.phase("expired_keys"):
+            append_expired_keys(spark, sibling(path, EXPIRED_KEYS_SUFFIX),
+                                final_meta["write_id"], spread.expired_keys(), wall_ms)
+    with phases.phase("write"):
+        result.write = _write_kind(spark, f)
+        writes = {
+            "append": lambda: append_rows(spread.table_rows(wall_ms), path),
+            "replace": lambda: replace_rows(
+                spark, path, spread.table_rows(wall_ms),
+                spread.changes().select("key_hash", "key") if f.deleted + f.expired else None),
+            "merge": lambda: _merge_into(spark, path, spread.changes(), wall_ms),
+            "empty": lambda: _empty_commit(spark, path, final_meta),
+        }
+        commit_write(spark, path, result, final_meta, txn, writes[result.write])
+    return result, final_meta
+
+
+def _write_kind(spark, f: Figures) -> str:
+    """``write._write_kind`` from the figures: no naming of keys (a batch large enough to
+    take this path touches most files anyway)."""
+    removes = bool(f.deleted + f.expired)
+    if not f.upserted and not removes:
+        return "empty"
+    if not f.stored:
+        return "append"
+    return "replace" if f.upserted and replace_supported(spark, removes) else "merge"
