@@ -8,6 +8,7 @@ cluster submits them with ``--jars``/``--packages``).
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import logging
 import os
@@ -142,19 +143,63 @@ def get_session(conf: SparkConfig | None = None, overrides: dict[str, str] | Non
     """Return the (one per process) SparkSession configured for Delta and Kafka."""
     from pyspark.sql import SparkSession
 
+    settings = session_settings(conf, overrides)
+    # The executors' Python: Spark reads ``spark.pyspark.python`` only under spark-submit,
+    # so a profile's setting is passed the way PySpark takes it here.
+    if "spark.pyspark.python" in settings:
+        os.environ["PYSPARK_PYTHON"] = settings["spark.pyspark.python"]
     os.environ.setdefault("PYSPARK_PYTHON", _python())
     # Locally, bind to loopback (the machine's other addresses may be unroutable); a cluster
     # deployment sets SPARK_LOCAL_IP itself.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder
-    for key, value in session_settings(conf, overrides).items():
+    for key, value in settings.items():
         builder = builder.config(key, value)
     started = time.monotonic()
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
+    ship_package(session)
     log.info("spark session ready in %.1f s (master %s)", time.monotonic() - started,
              session.sparkContext.master)
     return session
+
+
+def package_zip() -> Path:
+    """This ``ttl`` package as a zip (its ``.py`` files; cached under ttl's cache by a
+    digest of them): what executors put on their path (``--py-files``, ``addPyFile``).
+    A zip, not a wheel: PySpark adds ``.zip``, ``.egg`` and ``.jar`` files to the Python
+    workers' path, and only ships a ``.whl``, which nothing then imports."""
+    import zipfile
+
+    import ttl
+
+    package = Path(ttl.__file__).parent
+    sources = sorted(p for p in package.rglob("*.py") if "__pycache__" not in p.parts)
+    digest = hashlib.sha256()
+    for source in sources:
+        digest.update(source.relative_to(package).as_posix().encode())
+        digest.update(source.read_bytes())
+    target = jars.cache_root() / "py" / f"ttl-{digest.hexdigest()[:12]}.zip"
+    if not target.is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_suffix(f".{os.getpid()}.tmp")
+        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
+            for source in sources:
+                archive.write(source, (Path("ttl") / source.relative_to(package)).as_posix())
+        partial.replace(target)
+    return target
+
+
+def ship_package(session) -> Path | None:
+    """Give a cluster's executors this ``ttl`` (``package_zip``): they fold batches
+    (``ttl.store.distributed``) and must run the driver's code, not whatever their Python
+    has. Not in local mode (one process, one ``ttl``), nor under ``spark-submit``, where
+    ``ttl submit`` ships it (``--py-files``)."""
+    if session.sparkContext.master.startswith("local") or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return None
+    target = package_zip()
+    session.sparkContext.addPyFile(str(target))
+    return target
 
 
 def _python() -> str:

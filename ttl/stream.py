@@ -475,9 +475,10 @@ class StreamJob:
                 upto = delta_log.latest_version(self.spark, self.store.path)
                 stream_time = self.store.stream_time.value
                 offsets = dict(position)
+                folded_on = "driver" if table is not None else "executors"
                 self.publication.behind(result, upto, phases, lambda published: self._batch_done(
                     batch_id, result, evicted, published, phases, jobs, own, offsets,
-                    stream_time))
+                    stream_time, folded_on))
             finally:
                 self.lock.release()
             self.position = offsets
@@ -505,7 +506,7 @@ class StreamJob:
 
     def _batch_done(self, batch_id: int, result, evicted: dict, published, phases,
                     jobs: dict, own: float, offsets: dict[str, int],
-                    stream_time: int | None) -> None:
+                    stream_time: int | None, folded_on: str) -> None:
         """The batch is published: account for it and write its log line (from the
         publication's thread; ``duration_s`` is the batch's own time, its publication,
         overlapping the next batch, is ``phases_s.publish``)."""
@@ -523,6 +524,7 @@ class StreamJob:
             "evicted": evicted, "changelog_records": published.records,
             "publication_lag_versions": published.lag_versions,
             "duration_s": seconds["total"], "phases_s": seconds,
+            "folded_on": folded_on,
             **jobs, "write": result.write, "write_metrics": result.metrics,
             "stream_time": stream_time, "applied": result.applied,
             "input_offsets": offsets, "catch_up": self._catch_up(offsets),

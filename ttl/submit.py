@@ -11,10 +11,12 @@ What it puts together:
   profile's ``[spark.settings]`` as ``--conf``;
 * the JVM jars: the local Maven bundle (``--jars``, default) or ``--packages`` coordinates
   (``--packages`` flag) for a cluster that resolves from Maven Central itself;
-* the ``ttl`` package as a wheel (``--py-files``): it is pure Python and runs on the
-  driver (the batch fold included), so there is no virtual environment to pack; its
-  third-party dependencies (confluent-kafka, APScheduler, pydantic, click, pyarrow) are
-  needed on the driver only, and executors run only Spark's and Delta's own code;
+* the ``ttl`` package as a zip (``--py-files``, ``ttl.spark.package_zip``): it is pure
+  Python, so there is no virtual environment to pack. The driver runs all of it; the
+  executors run the batch fold (``ttl.store.distributed``), which needs only pyarrow,
+  numpy and pandas beside PySpark (what PySpark's Arrow functions need anyway); the
+  driver's other dependencies (confluent-kafka, APScheduler, pydantic, click, deltalake)
+  stay on the driver;
 * the profile itself with ``--files`` (and as the job's ``--conf`` argument).
 """
 
@@ -22,31 +24,14 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from ttl.config import REPO_ROOT, Config, load
+from ttl.config import Config, load
 from ttl.errors import SetupError
 from ttl.jvm import jars, log_store
-from ttl.spark import LOG4J2, SPARK_DEFAULTS
-
-
-def build_wheel(out_dir: Path) -> Path:
-    """Build the ``ttl`` wheel (no dependencies) into ``out_dir``; returns its path."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for old in out_dir.glob("ttl-*.whl"):
-        old.unlink()
-    # setuptools builds in the tree's build/ and never removes what it copied there before:
-    # a module since moved or deleted would ship in the wheel beside its successor.
-    for stale in (REPO_ROOT / "build").glob("lib*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    for stale in (REPO_ROOT / "build").glob("bdist.*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
-                    "-q", "-w", str(out_dir), str(REPO_ROOT)], check=True)
-    return next(out_dir.glob("ttl-*.whl"))
+from ttl.spark import LOG4J2, SPARK_DEFAULTS, package_zip
 
 
 def spark_settings(conf: Config, *, local_python: bool = True) -> dict[str, str]:
@@ -69,7 +54,7 @@ def packages(conf: Config, *, all_packages: bool) -> list[str]:
 
 
 def command(conf_path: Path, job: Path, job_args: list[str], *, packages_flag: bool = False,
-            wheel: Path | None = None, deploy_mode: str = "client") -> list[str]:
+            package: Path | None = None, deploy_mode: str = "client") -> list[str]:
     """The spark-submit argument list for ``job`` under the profile at ``conf_path``."""
     conf = load(conf_path)
     spark_submit = str(Path(sys.executable).parent / "spark-submit")
@@ -89,8 +74,8 @@ def command(conf_path: Path, job: Path, job_args: list[str], *, packages_flag: b
     coordinates = packages(conf, all_packages=packages_flag)
     if coordinates:
         cmd += ["--packages", ",".join(coordinates)]
-    if wheel is not None:
-        cmd += ["--py-files", str(wheel)]
+    if package is not None:
+        cmd += ["--py-files", str(package)]
     # In cluster deploy mode the driver runs remotely and finds the --files copy by its name.
     job_conf = conf_path.name if deploy_mode == "cluster" else str(conf_path)
     cmd += ["--files", str(conf_path), str(job), "--conf", job_conf, *job_args]
@@ -102,10 +87,8 @@ def submit(conf_path: Path, job: Path, job_args: list[str], *, print_only: bool 
     """Run (or, with ``print_only``, print) the job's ``spark-submit`` command: ``ttl
     submit``. Returns spark-submit's exit code."""
     job_args = [a for a in job_args if a != "--"]
-    wheel = None if print_only else build_wheel(REPO_ROOT / "build" / "dist")
     cmd = command(conf_path, job, job_args, packages_flag=packages_flag,
-                  wheel=wheel or REPO_ROOT / "build" / "dist" / "ttl-<version>.whl",
-                  deploy_mode=deploy_mode)
+                  package=package_zip(), deploy_mode=deploy_mode)
     if print_only:
         print(shlex.join(cmd))
         return 0

@@ -83,12 +83,13 @@ def now_ms() -> int:
 
 
 def write_conf(work: Path, kafka: LocalKafka, *, trigger: str, sweep_interval: str,
-               lease: str, max_offsets: int = 100_000, ttl: str = "1d") -> Path:
-    """The e2e tests' profile and topics, in a directory of its own."""
+               lease: str, max_offsets: int = 100_000, ttl: str = "1d", **profile) -> Path:
+    """The e2e tests' profile and topics, in a directory of its own (``profile``: more of
+    ``write_profile``'s settings)."""
     base = work / f"bench{uuid.uuid4().hex[:8]}"
     base.mkdir(parents=True)
     return e2e_write_conf(base, kafka, ttl=ttl, max_offsets=max_offsets, trigger=trigger,
-                          interval=sweep_interval, lease=lease)
+                          interval=sweep_interval, lease=lease, **profile)
 
 
 def log_time(line: str) -> float | None:

@@ -30,7 +30,8 @@ DAY = 86_400_000
 
 def write_profile(tmp_path: Path, bootstrap: str, *, ttl: str = "1d", clock: str = "wall",
                   extra: str = "", max_offsets: int = 100_000, kafka_extra: str = "",
-                  interval: str = "1s", trigger: str = "1s", lease: str = "4s") -> Path:
+                  interval: str = "1s", trigger: str = "1s", lease: str = "4s",
+                  stream_extra: str = "") -> Path:
     """A profile for a test's own store against an external (already running) Kafka."""
     name = f"e2e{uuid.uuid4().hex[:8]}"
     conf = tmp_path / f"{name}.toml"
@@ -56,6 +57,7 @@ vacuum_interval = "1d"
 checkpoint = "{tmp_path / 'checkpoint'}"
 trigger = "{trigger}"
 max_offsets_per_trigger = {max_offsets}
+{stream_extra}
 [spark.settings]
 "spark.sql.shuffle.partitions" = "2"
 {extra}

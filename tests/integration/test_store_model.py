@@ -22,14 +22,17 @@ from tests.strategies import CLOCKS, KEYS, WIDE_KEYS, batches, seeded_batches, s
 from ttl import eviction
 from ttl.clock import FixedClock
 from ttl.config import StoreConfig
+from ttl.input_position import first_offsets, next_offsets
 from ttl.model import ReferenceStore
 from ttl.store import DeltaStore, lookup, ordering, write
+from ttl.store.fold import records_table
 from ttl.timestamps import NO_TIMESTAMP
 
 pytestmark = pytest.mark.integration
 
 EXAMPLES = 300 if os.environ.get("TTL_LONG") else 40
 STORED_EXAMPLES = 100 if os.environ.get("TTL_LONG") else 12
+EXECUTOR_EXAMPLES = 60 if os.environ.get("TTL_LONG") else 10
 LOOKUPS = ("delta-rs", "spark-in", "spark-join")
 
 
@@ -84,8 +87,30 @@ def test_batches_over_stored_keys_equal_the_reference_model(spark, tmp_path_fact
         write.WRITE_PRUNE_SHARE, ordering.GROUP_KEYS = share, group_keys
 
 
+@settings(max_examples=EXECUTOR_EXAMPLES, deadline=None, derandomize=True,
+          phases=[Phase.explicit, Phase.generate],
+          suppress_health_check=list(HealthCheck))
+@given(sem=semantics(), clock=CLOCKS, replace=st.booleans(),
+       plan=st.one_of(
+           st.sampled_from((KEYS, WIDE_KEYS)).flatmap(
+               lambda keys: batches(min_batches=1, max_batches=3, max_records=12, keys=keys)),
+           st.sampled_from((KEYS, WIDE_KEYS[:15])).flatmap(
+               lambda keys: seeded_batches(keys=keys, min_batches=1, max_batches=2,
+                                           max_records=12))))
+def test_batches_on_the_executors_equal_the_reference_model(spark, tmp_path_factory, sem,
+                                                            clock, replace, plan):
+    """The same check for batches folded on the executors (``ttl.store.distributed``):
+    the input as a DataFrame, the stored rows joined to it, each partition folded apart;
+    the figures that reach the driver (counts, offsets) equal the driver path's."""
+    write._REPLACE_SUPPORTED = None if replace else False
+    try:
+        _run_against_model(spark, tmp_path_factory, sem, clock, plan, on_executors=True)
+    finally:
+        write._REPLACE_SUPPORTED = None
+
+
 def _run_against_model(spark, tmp_path_factory, sem, clock, plan, how="auto",
-                       layout: str | None = None) -> None:
+                       layout: str | None = None, on_executors: bool = False) -> None:
     path = str(tmp_path_factory.mktemp("model") / uuid.uuid4().hex)
     conf = StoreConfig(name="m", path=path, lookup=how, ttl=sem.ttl,
                        late_records=sem.late_records,
@@ -97,13 +122,22 @@ def _run_against_model(spark, tmp_path_factory, sem, clock, plan, how="auto",
     store = DeltaStore(spark, conf, clock=clock, wall_clock=wall)
     model = ReferenceStore(sem, clock)
     dead_letters: list[tuple[int, int, str]] = []
+    seen: list = []  # the figures an executors' batch gave its metadata
     for number, batch in enumerate(plan):
         expected = model.apply_batch(batch.records, batch.wall_ms)
-        result = store.apply_records(batch.records, wall_ms=batch.wall_ms)
-        event(f"write: {result.write}")  # in hypothesis' statistics (--hypothesis-show-statistics)
-        assert not store.lookup.fell_back, "delta-rs could not read the table"
-        assert not store.lookup.reads["spark" if how == "delta-rs" else "delta-rs"], how
         where = f"batch {number} of {len(plan)}"
+        if on_executors:
+            table = records_table(batch.records)
+            seen.clear()
+            result = store.apply_frame(spark.createDataFrame(table), wall_ms=batch.wall_ms,
+                                       metadata=lambda figures: seen.append(figures) or {})
+            assert (seen[-1].first_offsets, seen[-1].next_offsets) == (
+                first_offsets(table), next_offsets(table)), where
+        else:
+            result = store.apply_records(batch.records, wall_ms=batch.wall_ms)
+            assert not store.lookup.fell_back, "delta-rs could not read the table"
+            assert not store.lookup.reads["spark" if how == "delta-rs" else "delta-rs"], how
+        event(f"write: {result.write}")  # in hypothesis' statistics (--hypothesis-show-statistics)
         assert result.counts.as_dict() == expected.counts.as_dict(), where
         assert store.stream_time.value == model.stream_time.value, where
         assert store.entries(at=NO_TIMESTAMP) == model.entries, where

@@ -13,11 +13,11 @@ SECRETS = {"TTL_KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "TTL_KAFKA_USERNAME": "svc
            "TTL_KAFKA_PASSWORD": "hunter2-Secret-9c1e", "TTL_KAFKA_CA_PEM": "/etc/ca-1d2e.pem"}
 
 
-def test_cluster_command_ships_packages_wheel_and_profile_and_never_a_secret(monkeypatch):
+def test_cluster_command_ships_packages_the_package_and_profile_and_never_a_secret(monkeypatch):
     for name, value in SECRETS.items():
         monkeypatch.setenv(name, value)
     cmd = submit.command(CLUSTER, Path("jobs/stream.py"), [], packages_flag=True,
-                         wheel=Path("ttl.whl"))
+                         package=Path("ttl-0123.zip"))
     text = " ".join(cmd)
     for value in SECRETS.values():
         assert value not in text
@@ -26,7 +26,7 @@ def test_cluster_command_ships_packages_wheel_and_profile_and_never_a_secret(mon
     assert "org.apache.hadoop:hadoop-aws:3.4.2" in packages
     assert any(p.startswith("io.delta:delta-spark_") for p in packages)
     assert "--jars" not in cmd
-    assert cmd[cmd.index("--py-files") + 1] == "ttl.whl"
+    assert cmd[cmd.index("--py-files") + 1] == "ttl-0123.zip"
     assert "spark.delta.logStore.s3a.impl=io.delta.storage.S3DynamoDBLogStore" in cmd
     assert "spark.pyspark.python=python3" in cmd          # the profile wins over this venv
     assert cmd[-3:] == ["jobs/stream.py", "--conf", str(CLUSTER)]
@@ -52,3 +52,22 @@ def test_a_profile_naming_ttls_s3_log_store_ships_its_jar():
         cmd = submit.command(profile, Path("jobs/stream.py"), [], packages_flag=flag)
         shipped = cmd[cmd.index("--jars") + 1].split(",")
         assert str(log_store.built()) in shipped, shipped
+
+
+def test_the_shipped_package_imports_from_its_zip_alone(tmp_path):
+    """What ``--py-files`` and ``addPyFile`` ship: a zip Python imports ``ttl`` from (a
+    wheel it would not), whose fold imports nothing beyond the standard library at its
+    top (an executor has no pydantic, confluent-kafka or delta-rs)."""
+    import subprocess
+    import sys
+
+    from ttl.spark import package_zip
+
+    shipped = package_zip()
+    assert shipped.suffix == ".zip" and package_zip() == shipped  # cached by its contents
+    probe = subprocess.run(
+        [sys.executable, "-S", "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+         "import ttl.store.fold, ttl.model; print(ttl.store.fold.__file__)", str(shipped)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.strip().startswith(str(shipped)), probe.stdout

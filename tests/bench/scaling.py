@@ -1,0 +1,123 @@
+"""Benchmark: a batch folded in the driver against one folded on the executors, one run.
+
+    .venv/bin/python -m tests.bench.scaling                     # W1/W2 of 300,000 records
+    .venv/bin/python -m tests.bench.scaling --records 1000000
+
+Starts a local Kafka broker and a Spark standalone cluster of two one-core workers
+(``LocalSparkCluster``), produces ``tests.bench.compare``'s W1 (new keys) and W2 (uniform
+updates over them) once each into one input topic, and runs ``ttl run --available-now``
+over each in every set-up, one after the other, each on a store of its own
+(``max_offsets_per_trigger = 100000``):
+
+* **driver, local[2]**: the default in local mode (``stream.batch_path = "driver"``);
+* **executors, cluster**: the standalone cluster, every batch folded and written on the
+  executors (``stream.batch_path = "executors"``, ``ttl.store.distributed``);
+* **driver, cluster**: the standalone cluster, batches collected to the driver (what the
+  driver path costs where the records live elsewhere).
+
+Prints records/s over the batches, batch p50/p99, and the driver's CPU-seconds per 100k
+records: ttl's Python process and its JVM (on the cluster the executors' JVMs and Python
+workers are the workers' children, not the driver's), publication included; each
+set-up's ratio to the first. All of it shares two cores here, so records/s says what the
+extra shuffle and jobs of the executors' path cost, not what executors add; the driver's
+CPU per record is what ``docs/scaling.md`` plans a cluster from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+from pathlib import Path
+
+from tests.bench import compare
+from tests.bench import stream_bench as sb
+from tests.bench.machine import machine_facts
+from ttl.config import load
+from ttl.local.kafka import LocalKafka
+from ttl.local.spark_cluster import LocalSparkCluster
+
+CLUSTER_SETTINGS = """\
+"spark.executor.memory" = "2g"
+"spark.executor.cores" = "1"
+"spark.driver.memory" = "2g"
+"""
+
+
+def setups(cluster: LocalSparkCluster) -> dict[str, dict]:
+    on_cluster = f'{CLUSTER_SETTINGS}[spark]\nmaster = "{cluster.master_url}"\n'
+    return {
+        "driver, local[2]": {"stream_extra": 'batch_path = "driver"',
+                             "extra": '[spark]\nmaster = "local[2]"\n'},
+        "executors, cluster": {"stream_extra": 'batch_path = "executors"', "extra": on_cluster},
+        "driver, cluster": {"stream_extra": 'batch_path = "driver"', "extra": on_cluster},
+    }
+
+
+def driver_cpu(run: compare.Run) -> float | None:
+    """The driver's CPU-seconds per 100k records: ttl's Python and its JVM."""
+    cpu = run.extra["cpu"]
+    if cpu is None:
+        return None
+    return cpu.get("ttl's Python", 0.0) + cpu.get("its JVM", 0.0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=300_000, help="per workload W1, W2")
+    parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--only", help="a comma list of set-ups to run (default: all)")
+    args = parser.parse_args()
+
+    machine_facts()
+    work = Path(tempfile.mkdtemp(prefix="ttl-scaling-"))
+    kafka = LocalKafka(work / "kafka", heap="1g").start()
+    cluster = LocalSparkCluster(workers=2, cores=1, memory="3g", work_dir=work / "spark").start()
+    print(f"kafka at {kafka.bootstrap_servers}, spark at {cluster.master_url}; work dir {work}",
+          flush=True)
+    n = args.records
+    try:
+        chosen = setups(cluster)
+        if args.only:
+            chosen = {k: v for k, v in chosen.items() if k in args.only.split(",")}
+        confs = {}
+        for label, profile in chosen.items():
+            conf = sb.write_conf(work, kafka, trigger="1s", sweep_interval="10s",
+                                 lease="30s", max_offsets=compare.MAX_OFFSETS, **profile)
+            confs[label] = conf
+        # One input topic for all: each set-up's own store and checkpoint read it all.
+        topic = load(next(iter(confs.values()))).kafka.input_topic
+        for conf in confs.values():
+            own = load(conf).kafka.input_topic
+            conf.write_text(conf.read_text().replace(f'"{own}"', f'"{topic}"'))
+        results: dict[str, dict[str, compare.Run]] = {}
+        pid = kafka.process.pid if kafka.process else None
+        for workload, updates in (("W1", False), ("W2", True)):
+            seconds = compare.produce(kafka.bootstrap_servers, topic, n, updates=updates,
+                                      seed=args.seed)
+            print(f"\n{workload}: produced {n:,} records in {seconds:.1f} s", flush=True)
+            for label, conf in confs.items():
+                run = compare.run_ttl(conf, n, f"{workload}-{label.replace(', ', '-')}", pid)
+                run.system = label
+                results.setdefault(workload, {})[label] = run
+                print(run.line(workload), flush=True)
+                sb.print_phases(run.extra["batches"])
+                cpu = driver_cpu(run)
+                print(f"  driver CPU-s per 100k records: "
+                      f"{'n/a' if cpu is None else f'{cpu:.2f}'}", flush=True)
+        print("\n== summary (one run, this machine) ==")
+        for workload, runs in results.items():
+            first = next(iter(runs.values()))
+            for run in runs.values():
+                cpu = driver_cpu(run)
+                print(f"{run.line(workload)}  driver CPU-s/100k "
+                      f"{'n/a' if cpu is None else f'{cpu:.2f}'}  "
+                      f"rate {compare.ratio(run.rate, first.rate)} of {first.system}")
+    finally:
+        cluster.stop()
+        kafka.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
