@@ -171,9 +171,7 @@ def package_zip() -> Path:
     workers' path, and only ships a ``.whl``, which nothing then imports."""
     import zipfile
 
-    import ttl
-
-    package = Path(ttl.__file__).parent
+    package = Path(__file__).resolve().parent  # this module's package: ttl
     sources = sorted(p for p in package.rglob("*.py") if "__pycache__" not in p.parts)
     digest = hashlib.sha256()
     for source in sources:
