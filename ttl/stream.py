@@ -459,7 +459,7 @@ class StreamJob:
                                                     phases=phases, keep_changes=True)
                 else:  # checked, on the executors' figures, before anything is written
                     result = self.store.apply_frame(
-                        records, txn=txn, phases=phases,
+                        records, txn=txn, phases=phases, keep_changes=True,
                         metadata=lambda f: metadata(f.first_offsets, f.next_offsets))
                 with phases.phase("sweep"):
                     evicted = self._stream_sweep()

@@ -54,12 +54,13 @@ def setups(cluster: LocalSparkCluster) -> dict[str, dict]:
     }
 
 
-def driver_cpu(run: compare.Run) -> float | None:
-    """The driver's CPU-seconds per 100k records: ttl's Python and its JVM."""
+def driver_cpu(run: compare.Run) -> str:
+    """The driver's CPU-seconds per 100k records: ttl's Python and its JVM, and their sum."""
     cpu = run.extra["cpu"]
     if cpu is None:
-        return None
-    return cpu.get("ttl's Python", 0.0) + cpu.get("its JVM", 0.0)
+        return "n/a"
+    python, jvm = cpu.get("ttl's Python", 0.0), cpu.get("its JVM", 0.0)
+    return f"{python + jvm:.2f} (Python {python:.2f}, JVM {jvm:.2f})"
 
 
 def main() -> None:
@@ -72,6 +73,7 @@ def main() -> None:
     machine_facts()
     work = Path(tempfile.mkdtemp(prefix="ttl-scaling-"))
     kafka = LocalKafka(work / "kafka", heap="1g").start()
+    (work / "spark").mkdir()
     cluster = LocalSparkCluster(workers=2, cores=1, memory="3g", work_dir=work / "spark").start()
     print(f"kafka at {kafka.bootstrap_servers}, spark at {cluster.master_url}; work dir {work}",
           flush=True)
@@ -102,16 +104,12 @@ def main() -> None:
                 results.setdefault(workload, {})[label] = run
                 print(run.line(workload), flush=True)
                 sb.print_phases(run.extra["batches"])
-                cpu = driver_cpu(run)
-                print(f"  driver CPU-s per 100k records: "
-                      f"{'n/a' if cpu is None else f'{cpu:.2f}'}", flush=True)
+                print(f"  driver CPU-s per 100k records: {driver_cpu(run)}", flush=True)
         print("\n== summary (one run, this machine) ==")
         for workload, runs in results.items():
             first = next(iter(runs.values()))
             for run in runs.values():
-                cpu = driver_cpu(run)
-                print(f"{run.line(workload)}  driver CPU-s/100k "
-                      f"{'n/a' if cpu is None else f'{cpu:.2f}'}  "
+                print(f"{run.line(workload)}\n      driver CPU-s/100k {driver_cpu(run)}, "
                       f"rate {compare.ratio(run.rate, first.rate)} of {first.system}")
     finally:
         cluster.stop()

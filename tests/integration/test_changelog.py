@@ -33,6 +33,7 @@ from ttl.errors import PublisherFenced, TopicError
 from ttl.jvm import jars
 from ttl.record import InputRecord
 from ttl.store import DeltaStore
+from ttl.store.fold import records_table
 
 pytestmark = pytest.mark.integration
 
@@ -341,20 +342,26 @@ BATCHES = {
 }
 
 
-@pytest.mark.parametrize("batch_kind,deletion_vectors",
-                         [("merge", True), ("replace_removing", True),
-                          ("replace_removing", False), ("replace", True)])
+@pytest.mark.parametrize("batch_kind,deletion_vectors,folded_on",
+                         [("merge", True, "driver"), ("replace_removing", True, "driver"),
+                          ("replace_removing", False, "driver"), ("replace", True, "driver"),
+                          ("replace_removing", True, "executors")])
 def test_a_batch_published_from_its_own_changes_equals_its_change_feed(
-        spark, kafka, table_path, batch_kind, deletion_vectors):
+        spark, kafka, table_path, batch_kind, deletion_vectors, folded_on):
     """``publish_known`` (no change-feed read) gives exactly the records the CDF path gives
     for the same version: puts with user headers and per-record TTLs, deletes, expiries,
     whichever write made the version (a replace on a table without deletion vectors
-    rewrites files and writes change files: delete + insert)."""
+    rewrites files and writes change files: delete + insert), and wherever the batch was
+    folded (the executors' change rows are collected after the commit)."""
     store = make_store(spark, table_path, deletion_vectors=deletion_vectors)
     store.apply_records(recs((b"gone", b"v", NOW), (b"old", b"v", NOW - TTL + 10),
                              (b"kept", b"v", NOW)))
     records, expected_ops = BATCHES[batch_kind]
-    batch = store.apply_records(recs(*records), keep_changes=True)
+    if folded_on == "driver":
+        batch = store.apply_records(recs(*records), keep_changes=True)
+    else:
+        batch = store.apply_frame(spark.createDataFrame(records_table(list(recs(*records)))),
+                                  metadata=lambda _figures: {}, keep_changes=True)
     assert batch.write == batch_kind.split("_")[0]
     assert batch.changes is not None and batch.changes.num_rows == len(records)
     streams = {}

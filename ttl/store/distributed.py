@@ -20,10 +20,11 @@ reach the driver:
 5. the driver gets the figures only, and makes the commit: Delta's replace (or an append,
    a MERGE, an empty commit, as on the driver path) of a DataFrame the executors hold.
 
-What stays on the driver: one row of figures per partition, the expired-on-arrival keys
+What reaches the driver: one row of figures per partition, the expired-on-arrival keys
 when there are at most ``write.EXPIRED_KEYS_INLINE`` of them (they go in the commit's
-metadata), and the commit. The changelog is published from the version's change data, as
-after any commit whose rows the driver does not hold.
+metadata), and, for the stream's publisher, the change rows (one per changed key: what the
+changelog gets), collected once the commit is made; publishing from the executors is the
+step after this one (docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -244,11 +245,14 @@ def in_session(frame, spark):
 def write_frame(spark, path: str, dead_letter_path: str, records, *, sem: Semantics,
                 wall_ms: int, t0: int, metadata: Callable[[Figures], dict],
                 txn: tuple[str, int] | None = None, phases: BatchPhases | None = None,
+                keep_changes: bool = False,
                 fence: Callable[[], None] | None = None) -> tuple[WriteResult, dict]:
     """``write.write_batch`` for a batch that stays on the executors: ``records`` is the
     input DataFrame; ``metadata`` gives the commit's metadata (the stream time before the
     batch under ``stream_time``) from the batch's figures (its input offsets), and may
-    raise to refuse the batch before anything is written."""
+    raise to refuse the batch before anything is written. ``keep_changes``: as there, the
+    commit's change rows for the publisher (collected from the executors, which is cheaper
+    than the publisher reading the version's change data back)."""
     phases = phases or BatchPhases()
     records = in_session(records, spark)
     spreads: list[Spread] = []
@@ -263,8 +267,14 @@ def write_frame(spark, path: str, dead_letter_path: str, records, *, sem: Semant
 
     try:
         spread, version_before = at_stable_version(spark, path, attempt, fence)
-        return _commit(spark, path, dead_letter_path, spread, version_before, sem=sem,
-                       wall_ms=wall_ms, t0=t0, metadata=metadata, txn=txn, phases=phases)
+        result, meta = _commit(spark, path, dead_letter_path, spread, version_before, sem=sem,
+                               wall_ms=wall_ms, t0=t0, metadata=metadata, txn=txn,
+                               phases=phases)
+        if keep_changes and result.applied and result.version == version_before + 1:
+            result.changes = (spread.changes()
+                              .select("kind", "key", "value", "ts", "headers", "record_ttl")
+                              .toArrow())
+        return result, meta
     finally:
         for spread in spreads:
             spread.out.unpersist()
@@ -283,7 +293,8 @@ def _commit(spark, path: str, dead_letter_path: str, spread: Spread, version_bef
             append_dead_letters(spread.rejects(wall_ms), dead_letter_path, txn)
     inline = f.expired <= EXPIRED_KEYS_INLINE
     hex_keys = ([bytes(r.key).hex() for r in spread.expired_keys().collect()]
-                if inline else EXPIRED_KEYS_ASIDE)
+                if 0 < f.expired <= EXPIRED_KEYS_INLINE
+                else [] if not f.expired else EXPIRED_KEYS_ASIDE)
     final_meta = final_metadata(meta, f.max_ts, t0=t0, wall_ms=wall_ms, expired_keys=hex_keys)
     if not inline:
         with phases.phase("expired_keys"):

@@ -227,7 +227,7 @@ class DeltaStore:
 
     def apply_frame(self, records, *, metadata: Callable[[Figures], dict],
                     wall_ms: int | None = None, txn: tuple[str, int] | None = None,
-                    phases=None) -> WriteResult:
+                    phases=None, keep_changes: bool = False) -> WriteResult:
         """Apply input records that stay on the executors (a DataFrame in
         ``fold.input_arrow_schema()``'s columns) in one store commit
         (``ttl.store.distributed``): ``metadata`` gives the commit's metadata from the
@@ -236,7 +236,8 @@ class DeltaStore:
             lambda wall, t0, meta: write_frame(
                 self.spark, self.path, self.dead_letter_path, records, sem=self.sem,
                 wall_ms=wall, t0=t0, metadata=lambda figures: {**meta, **metadata(figures)},
-                txn=txn, phases=phases, fence=self.check_writable),
+                txn=txn, phases=phases, keep_changes=keep_changes,
+                fence=self.check_writable),
             wall_ms, {}, phases)
 
     def _apply(self, write: Callable[[int, int, dict], tuple[WriteResult, dict]],
