@@ -22,14 +22,14 @@ from ttl.changelog import topic
 from ttl.changelog.progress import published_progress
 from ttl.changelog.publisher import Publisher
 from ttl.clock import Clock
-from ttl.config import Config
+from ttl.config import Config, declared_settings
 from ttl.errors import ConfigError, LeaseLost, ProgressUnreadable, StoreMissing
 from ttl.jvm import jars
 from ttl.kafka import KafkaClients
 from ttl.lease import Lease
 from ttl.local.kafka import LocalKafka
 from ttl.names import EMBEDDED, PROP_RESEED_REQUIRED, progress_topic
-from ttl.spark import declared_settings, get_session
+from ttl.spark import get_session
 from ttl.store import DeltaStore
 from ttl.store.lookup import local_path
 

@@ -311,8 +311,8 @@ def config_group() -> None:
 def config_check(conf_path: Path) -> None:
     """Validate a profile: exit 0 and a summary, or one error line naming the setting."""
     from ttl import config, single_writer
+    from ttl.config import declared_settings
     from ttl.errors import ConfigError
-    from ttl.spark import declared_settings
 
     conf = config.load(conf_path)
     unsafe = single_writer.problem(conf, declared_settings(conf.spark))

@@ -39,6 +39,8 @@ from ttl.names import DEAD_LETTERS_SUFFIX, EMBEDDED, sibling
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONF_DIR = REPO_ROOT / "conf"
+#: Spark settings every profile starts from (then its own ``[spark.settings]``).
+SPARK_DEFAULTS = CONF_DIR / "spark-defaults.conf"
 
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
@@ -403,3 +405,30 @@ def _did_you_mean(err: dict) -> str:
     known = [k for k in model.model_fields if k != "source"]
     close = difflib.get_close_matches(str(err["loc"][-1]), known, n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def read_spark_defaults(path: Path = SPARK_DEFAULTS) -> dict[str, str]:
+    """Parse a ``spark-defaults.conf`` (``key  value`` per line, or ``key=value`` as in any
+    Java properties file; ``#`` comments).
+
+    Under spark-submit the package may run from a shipped wheel without ``conf/``; the
+    defaults then came with ``--properties-file`` already, so a missing file is no settings.
+    """
+    settings: dict[str, str] = {}
+    if not path.exists():
+        return settings
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        # A Java properties file: the key ends at the first blank, ``=`` or ``:``.
+        entry = re.match(r"([^\s=:]+)\s*[=:]?\s*(.*)", line)
+        if entry:
+            settings[entry.group(1)] = entry.group(2).strip()
+    return settings
+
+
+def declared_settings(conf: SparkConfig) -> dict[str, str]:
+    """The Spark settings a profile declares: ``conf/spark-defaults.conf``, then the
+    profile's own (what ``session_settings`` starts from, before ttl's)."""
+    return {**read_spark_defaults(), **conf.settings}

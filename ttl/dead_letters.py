@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from ttl import delta_rs
 from ttl.clock import wall_ms_or_now
 from ttl.config import Config
 from ttl.display import shown, utc
@@ -35,15 +36,16 @@ _REPLAYED_SCHEMA = pa.schema([("source_partition", pa.int32()), ("source_offset"
 
 
 def _query(conf: Config, sql: str) -> pa.Table:
-    from deltalake import DeltaTable, QueryBuilder
+    from deltalake import QueryBuilder
 
-    if not DeltaTable.is_deltatable(conf.store.dead_letters):  # made with the store's table
+    options = delta_rs.profile_options(conf)
+    if not delta_rs.is_table(conf.store.dead_letters, options):  # made with the store's table
         raise StoreMissing(f"no Delta table at {conf.store.dead_letters} (the dead letters of "
                            f"store.path {conf.store.path})")
-    builder = QueryBuilder().register("dead", DeltaTable(conf.store.dead_letters))
+    builder = QueryBuilder().register("dead", delta_rs.table(conf.store.dead_letters, options))
     replayed = _replayed_path(conf)
-    if DeltaTable.is_deltatable(replayed):
-        builder.register("replayed", DeltaTable(replayed))
+    if delta_rs.is_table(replayed, options):
+        builder.register("replayed", delta_rs.table(replayed, options))
     return pa.table(builder.execute(sql).read_all())
 
 
@@ -54,9 +56,7 @@ def _replayed_path(conf: Config) -> str:
 def by_reason(conf: Config, samples: int = 3) -> list[dict]:
     """Per reason, most first: how many, when the first and last were rejected (epoch ms),
     how many were replayed, and the latest keys (``None`` for a record without one)."""
-    from deltalake import DeltaTable
-
-    has_replayed = DeltaTable.is_deltatable(_replayed_path(conf))
+    has_replayed = delta_rs.is_table(_replayed_path(conf), delta_rs.profile_options(conf))
     replayed = ("count(r.source_offset)" if has_replayed else "0")
     join = ("LEFT JOIN replayed r ON d.source_partition = r.source_partition AND "
             "d.source_offset = r.source_offset AND d.rejected_at = r.rejected_at"
@@ -136,8 +136,7 @@ def replay(conf: Config, kafka: KafkaClients, reason: str, *, key: bytes | None 
            wall_ms: int | None = None) -> ReplayResult:
     """Produce the dead letters of ``reason`` (and ``key``, if given) not replayed before
     to the input topic; record each after its delivery."""
-    from deltalake import DeltaTable, write_deltalake
-
+    from deltalake import write_deltalake
 
     now = wall_ms_or_now(wall_ms)
     where = f"d.reason = '{_sql_str(reason)}'"
@@ -147,7 +146,7 @@ def replay(conf: Config, kafka: KafkaClients, reason: str, *, key: bytes | None 
                         "ORDER BY d.source_partition, d.source_offset").to_pylist()
     result = ReplayResult(chosen=len(rows))
     done: set[tuple] = set()
-    if DeltaTable.is_deltatable(_replayed_path(conf)):
+    if delta_rs.is_table(_replayed_path(conf), delta_rs.profile_options(conf)):
         done = {(r["source_partition"], r["source_offset"], r["rejected_at"])
                 for r in _query(conf, "SELECT * FROM replayed").to_pylist()}
     # The producer's partitioner is the one every producer of the input uses (murmur2,
@@ -192,9 +191,10 @@ def replay(conf: Config, kafka: KafkaClients, reason: str, *, key: bytes | None 
     producer.flush(60)
     producer.close()
     if delivered:
-        write_deltalake(_replayed_path(conf), pa.Table.from_pylist(delivered,
-                                                                   _REPLAYED_SCHEMA),
-                        mode="append")
+        replayed = _replayed_path(conf)
+        write_deltalake(replayed, pa.Table.from_pylist(delivered, _REPLAYED_SCHEMA),
+                        mode="append", storage_options=delta_rs.storage_options_for(
+                            replayed, delta_rs.profile_options(conf)))
     result.replayed = len(delivered)
     if errors:
 

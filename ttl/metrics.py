@@ -19,7 +19,7 @@ import threading
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 
-from ttl import status
+from ttl import delta_rs, status
 from ttl.config import MetricsConfig
 from ttl.names import DRILLS_SUFFIX, sibling
 
@@ -75,9 +75,6 @@ class TableFigures:
             self._stop.wait(self.every_s)
 
     def _read(self) -> dict[str, float]:
-        from deltalake import DeltaTable
-
-
         values: dict[str, float] = {}
         try:  # what `ttl status` reads, without Spark
             out = status.status(self.conf, self.kafka)
@@ -89,8 +86,9 @@ class TableFigures:
             log.debug("status read failed", exc_info=True)
         drills = sibling(self.conf.store.path, DRILLS_SUFFIX)
         try:
-            if DeltaTable.is_deltatable(drills):
-                rows = status.query({"d": DeltaTable(drills)},  # SQL: any table features
+            options = delta_rs.profile_options(self.conf)
+            if delta_rs.is_table(drills, options):
+                rows = status.query({"d": delta_rs.table(drills, options)},  # any table features
                                     "SELECT match, started_at FROM d ORDER BY started_at "
                                     "DESC LIMIT 1").to_pylist()
                 if rows:

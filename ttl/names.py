@@ -11,6 +11,8 @@ from __future__ import annotations
 # -- engine headers (docs/semantics.md: input, changelog) -----------------------------------------
 
 ENGINE_PREFIX = "ttl."
+#: The URI schemes of S3 locations (Hadoop's ``s3a``, and the older names).
+S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
 HEADER_TS = "ttl.ts"  # exact event time, ASCII decimal (input and changelog)
 HEADER_TTL = "ttl.ttl"  # per-record TTL in ms (input and changelog)
 HEADER_OP = "ttl.op"  # changelog: put | delete | expire

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from ttl import commit
+from ttl import commit, delta_rs
 from ttl import status as status_mod
 from ttl.clock import wall_ms_or_now
 from ttl.config import Config
@@ -50,11 +50,9 @@ def _bucket(value: int, buckets) -> str:
 
 def collect(conf: Config, *, wall_ms: int | None = None, kafka=None) -> dict:
     """The report's figures (plain JSON-able data)."""
-    from deltalake import DeltaTable
-
-
+    options = delta_rs.profile_options(conf)
     now = wall_ms_or_now(wall_ms)
-    table = status_mod.open_table(conf.store.path)
+    table = status_mod.open_table(conf)
     out = status_mod.status(conf, kafka, wall_ms=now)
     clock_now = status_mod.store_now(conf, now)
     cases = " ".join(f"WHEN expires_at - {clock_now} < {upper} THEN '{label}'"
@@ -95,8 +93,8 @@ def collect(conf: Config, *, wall_ms: int | None = None, kafka=None) -> dict:
                 lateness[clock][_bucket(max(0, t - e), LATENESS_BUCKETS)] += 1
     drills = []
     drill_path = sibling(conf.store.path, DRILLS_SUFFIX)
-    if DeltaTable.is_deltatable(drill_path):  # SQL: an older table may have deletion vectors
-        drills = status_mod.query({"d": DeltaTable(drill_path)},
+    if delta_rs.is_table(drill_path, options):  # SQL: an older table may have deletion vectors
+        drills = status_mod.query({"d": delta_rs.table(drill_path, options)},
                                   "SELECT version, started_at, match, keys, restore_seconds "
                                   "FROM d ORDER BY started_at").to_pylist()
     return {"store": conf.store.name, "table": conf.store.path, "generated_at": now,

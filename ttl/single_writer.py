@@ -18,9 +18,8 @@ from __future__ import annotations
 from urllib.parse import urlparse
 
 from ttl.config import Config
+from ttl.names import S3_SCHEMES  # Delta serves them with S3SingleDriverLogStore by default
 
-#: The path schemes Delta serves with ``S3SingleDriverLogStore`` unless told otherwise.
-S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
 #: The multi-driver store for S3 (DynamoDB holds the commit's mutual exclusion).
 S3_MULTI_DRIVER = "io.delta.storage.S3DynamoDBLogStore"
 #: ttl's store for S3 with conditional PUTs (``ttl/jvm/S3ConditionalLogStore.java``), for S3

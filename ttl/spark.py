@@ -16,12 +16,11 @@ import re
 import time
 from pathlib import Path
 
-from ttl.config import CONF_DIR, SparkConfig
+from ttl.config import CONF_DIR, SparkConfig, read_spark_defaults
 from ttl.jvm import class_archive, jars, log_store
 
 log = logging.getLogger(__name__)
 
-SPARK_DEFAULTS = CONF_DIR / "spark-defaults.conf"
 LOG4J2 = CONF_DIR / "log4j2.properties"
 
 #: A local driver's garbage collector: the Parallel collector, not the JVM's default G1. A
@@ -44,27 +43,6 @@ _COLLECTOR = re.compile(
 #: ``SPARK_SUBMIT_OPTS`` on its command line, and the JVM reads the other three itself.
 _JAVA_OPTIONS_ENV = ("SPARK_SUBMIT_OPTS", "JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS",
                      "_JAVA_OPTIONS")
-
-
-def read_spark_defaults(path: Path = SPARK_DEFAULTS) -> dict[str, str]:
-    """Parse a ``spark-defaults.conf`` (``key  value`` per line, or ``key=value`` as in any
-    Java properties file; ``#`` comments).
-
-    Under spark-submit the package may run from a shipped wheel without ``conf/``; the
-    defaults then came with ``--properties-file`` already, so a missing file is no settings.
-    """
-    settings: dict[str, str] = {}
-    if not path.exists():
-        return settings
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        # A Java properties file: the key ends at the first blank, ``=`` or ``:``.
-        entry = re.match(r"([^\s=:]+)\s*[=:]?\s*(.*)", line)
-        if entry:
-            settings[entry.group(1)] = entry.group(2).strip()
-    return settings
 
 
 def _launcher_conf_dir() -> Path | None:
@@ -92,12 +70,6 @@ def _collector_named(settings: dict[str, str]) -> bool:
              launcher.get("spark.driver.defaultJavaOptions", ""),
              *(os.environ.get(name, "") for name in _JAVA_OPTIONS_ENV)]
     return any(_COLLECTOR.search(options) for options in named)
-
-
-def declared_settings(conf: SparkConfig) -> dict[str, str]:
-    """The Spark settings a profile declares: ``conf/spark-defaults.conf``, then the
-    profile's own (what ``session_settings`` starts from, before ttl's)."""
-    return {**read_spark_defaults(), **conf.settings}
 
 
 def session_settings(

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ttl import commit
+from ttl import commit, delta_rs
 from ttl.changelog import continuity
 from ttl.changelog.format import table_version
 from ttl.changelog.progress import published_progress
@@ -50,22 +50,17 @@ HISTORY = 200
 NO_PROGRESS_TOPIC = "unknown (no progress topic)"
 
 
-def open_table(path: str):
-    """The store's table, read by delta-rs; a path that holds none is ``StoreMissing`` (one
+def open_table(conf: Config, path: str | None = None):
+    """The store's table (or the table at ``path``), read by delta-rs with the profile's
+    storage settings (``ttl.delta_rs``); a path that holds none is ``StoreMissing`` (one
     line naming the path and the action), not delta-rs's traceback."""
-    from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
+    path = path or conf.store.path
     try:
-        return DeltaTable(path)
+        return delta_rs.table(path, delta_rs.profile_options(conf))
     except TableNotFoundError as exc:
         raise StoreMissing(f"no Delta table at store.path {path}") from exc
-
-
-def _table(path: str):
-    from deltalake import DeltaTable
-
-    return DeltaTable(path)
 
 
 def query(tables: dict[str, object], sql: str) -> pa.Table:
@@ -125,7 +120,7 @@ class StoreView:
 
     @classmethod
     def open(cls, conf: Config) -> StoreView:
-        table = open_table(conf.store.path)
+        table = open_table(conf)
         version, properties = table.version(), dict(table.metadata().configuration)
         through = stream_time_floor(properties, version)[1]
         # The commits the stream-time rule needs (those after the floor's version; all of
@@ -189,7 +184,7 @@ def status(conf: Config, kafka=None, *, wall_ms: int | None = None) -> dict[str,
     now = batch_clock(conf.eviction.clock, wall, stream_time)
     store = view.table
     counts = entry_counts(store, now)
-    dead = _count(conf.store.dead_letters)
+    dead = _count(conf, conf.store.dead_letters)
     out: dict[str, object] = {
         "store": conf.store.name, "table": conf.store.path, "table version": view.version,
         "clock": f"{conf.eviction.clock} (now {now})",
@@ -227,25 +222,24 @@ def status(conf: Config, kafka=None, *, wall_ms: int | None = None) -> dict[str,
     return out
 
 
-def _count(path: str) -> int:
+def _count(conf: Config, path: str) -> int:
     """Rows of a sibling table (0 while it does not exist yet)."""
-    from deltalake import DeltaTable
-
-    if not DeltaTable.is_deltatable(path):
+    options = delta_rs.profile_options(conf)
+    if not delta_rs.is_table(path, options):
         return 0
-    return query({"t": _table(path)}, "SELECT count(*) AS n FROM t").to_pylist()[0]["n"]
+    return query({"t": delta_rs.table(path, options)},
+                 "SELECT count(*) AS n FROM t").to_pylist()[0]["n"]
 
 
 def lease_holder(conf: Config, wall_ms: int) -> tuple[str, int] | None:
     """Who holds the lease live and until when (epoch ms), or ``None`` when it is free."""
-    from deltalake import DeltaTable
-
     path = sibling(conf.store.path, LEASE_SUFFIX)
-    if not DeltaTable.is_deltatable(path):
+    options = delta_rs.profile_options(conf)
+    if not delta_rs.is_table(path, options):
         return None  # nobody ever held it
     # The SQL path: a lease table made before it stopped declaring deletion vectors
     # still reads.
-    rows = query({"lease": _table(path)}, "SELECT * FROM lease").to_pylist()
+    rows = query({"lease": delta_rs.table(path, options)}, "SELECT * FROM lease").to_pylist()
     for row in rows:
         if row["id"] == LEASE_ID and row["owner"] and row["expires_at"] > wall_ms:
             return row["holder"], row["expires_at"]
@@ -260,7 +254,7 @@ def _held(held: tuple[str, int] | None) -> str:
 def get(conf: Config, key: bytes, *, wall_ms: int | None = None) -> dict | None:
     """The live entry of ``key`` (value, ts, headers, expires_at), or ``None``."""
     now = store_now(conf, wall_ms)
-    table = open_table(conf.store.path)
+    table = open_table(conf)
     (key_hash,) = key_hashes(pa.array([key], pa.binary())).to_pylist()
     if lookup.files_to_read(pa.table(table.get_add_actions(flatten=True)),
                             pa.array([key], pa.binary())) >= lookup.DELTA_RS_MAX_DV_FILES:
@@ -282,7 +276,7 @@ def _refuse_blocked(table) -> None:
 def scan(conf: Config, limit: int, *, wall_ms: int | None = None) -> list[tuple[bytes, dict]]:
     """Up to ``limit`` live entries in key order."""
     now = store_now(conf, wall_ms)
-    table = open_table(conf.store.path)
+    table = open_table(conf)
     _refuse_blocked(table)
     rows = query({"store": table},
                 f"SELECT key, value, ts, headers, expires_at FROM store WHERE {_live(now)} "

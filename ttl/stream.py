@@ -524,7 +524,7 @@ class StreamJob:
             "evicted": evicted, "changelog_records": published.records,
             "publication_lag_versions": published.lag_versions,
             "duration_s": seconds["total"], "phases_s": seconds,
-            "folded_on": folded_on,
+            "folded_on": folded_on, "lookup_reads": dict(self.store.lookup.reads),
             **jobs, "write": result.write, "write_metrics": result.metrics,
             "stream_time": stream_time, "applied": result.applied,
             "input_offsets": offsets, "catch_up": self._catch_up(offsets),

@@ -28,10 +28,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ttl.config import Config, load
+from ttl.config import SPARK_DEFAULTS, Config, load
 from ttl.errors import SetupError
 from ttl.jvm import jars, log_store
-from ttl.spark import LOG4J2, SPARK_DEFAULTS, package_zip
+from ttl.spark import LOG4J2, package_zip
 
 
 def spark_settings(conf: Config, *, local_python: bool = True) -> dict[str, str]:

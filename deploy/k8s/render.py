@@ -20,9 +20,9 @@ from pathlib import Path
 
 import yaml
 
-from ttl.config import REPO_ROOT, Config, load
+from ttl.config import REPO_ROOT, SPARK_DEFAULTS, Config, load, read_spark_defaults
 from ttl.jvm import jars
-from ttl.spark import LOG4J2, SPARK_DEFAULTS, read_spark_defaults
+from ttl.spark import LOG4J2
 from ttl.submit import packages, spark_settings
 
 HERE = Path(__file__).resolve().parent

@@ -2,17 +2,18 @@
 
     .venv/bin/python -m tests.bench.scaling                     # W1/W2 of 300,000 records
     .venv/bin/python -m tests.bench.scaling --records 1000000
+    .venv/bin/python -m tests.bench.scaling --records 900000 --batch 300000 --only executors
 
 Starts a local Kafka broker and a Spark standalone cluster of two one-core workers
 (``LocalSparkCluster``), produces ``tests.bench.compare``'s W1 (new keys) and W2 (uniform
 updates over them) once each into one input topic, and runs ``ttl run --available-now``
 over each in every set-up, one after the other, each on a store of its own
-(``max_offsets_per_trigger = 100000``):
+(``max_offsets_per_trigger``: ``--batch``, 100,000):
 
-* **driver, local[2]**: the default in local mode (``stream.batch_path = "driver"``);
-* **executors, cluster**: the standalone cluster, every batch folded and written on the
+* **driver-local**: ``local[2]``, the default in local mode (``stream.batch_path = "driver"``);
+* **executors**: the standalone cluster, every batch folded and written on the
   executors (``stream.batch_path = "executors"``, ``ttl.store.distributed``);
-* **driver, cluster**: the standalone cluster, batches collected to the driver (what the
+* **driver-cluster**: the standalone cluster, batches collected to the driver (what the
   driver path costs where the records live elsewhere).
 
 Prints records/s over the batches, batch p50/p99, and the driver's CPU-seconds per 100k
@@ -47,10 +48,10 @@ CLUSTER_SETTINGS = """\
 def setups(cluster: LocalSparkCluster) -> dict[str, dict]:
     on_cluster = f'{CLUSTER_SETTINGS}[spark]\nmaster = "{cluster.master_url}"\n'
     return {
-        "driver, local[2]": {"stream_extra": 'batch_path = "driver"',
-                             "extra": '[spark]\nmaster = "local[2]"\n'},
-        "executors, cluster": {"stream_extra": 'batch_path = "executors"', "extra": on_cluster},
-        "driver, cluster": {"stream_extra": 'batch_path = "driver"', "extra": on_cluster},
+        "driver-local": {"stream_extra": 'batch_path = "driver"',
+                         "extra": '[spark]\nmaster = "local[2]"\n'},
+        "executors": {"stream_extra": 'batch_path = "executors"', "extra": on_cluster},
+        "driver-cluster": {"stream_extra": 'batch_path = "driver"', "extra": on_cluster},
     }
 
 
@@ -68,6 +69,8 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=300_000, help="per workload W1, W2")
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--only", help="a comma list of set-ups to run (default: all)")
+    parser.add_argument("--batch", type=int, default=compare.MAX_OFFSETS,
+                        help="max_offsets_per_trigger (default 100000)")
     args = parser.parse_args()
 
     machine_facts()
@@ -85,7 +88,7 @@ def main() -> None:
         confs = {}
         for label, profile in chosen.items():
             conf = sb.write_conf(work, kafka, trigger="1s", sweep_interval="10s",
-                                 lease="30s", max_offsets=compare.MAX_OFFSETS, **profile)
+                                 lease="30s", max_offsets=args.batch, **profile)
             confs[label] = conf
         # One input topic for all: each set-up's own store and checkpoint read it all.
         topic = load(next(iter(confs.values()))).kafka.input_topic
@@ -99,7 +102,7 @@ def main() -> None:
                                       seed=args.seed)
             print(f"\n{workload}: produced {n:,} records in {seconds:.1f} s", flush=True)
             for label, conf in confs.items():
-                run = compare.run_ttl(conf, n, f"{workload}-{label.replace(', ', '-')}", pid)
+                run = compare.run_ttl(conf, n, f"{workload}-{label}", pid)
                 run.system = label
                 results.setdefault(workload, {})[label] = run
                 print(run.line(workload), flush=True)

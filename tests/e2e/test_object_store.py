@@ -77,12 +77,30 @@ def test_a_stream_runs_on_the_object_store_as_the_documented_profile_says(
     produce(kafka, profile, [InputRecord(b"k%d" % i, b"v%d" % i, later, (), i % 2, i // 2)
                              for i in range(6)]
             + [InputRecord(b"gone", b"x", old, (), 0, 3)])
-    env = {**os.environ, **object_store.environment()}
+    # Only the credentials come from the environment, as the profile's provider says: the
+    # endpoint, region, path style and plain HTTP reach delta-rs from the profile's S3A
+    # settings (``ttl.delta_rs``), as they reach Spark.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update({k: v for k, v in object_store.environment().items()
+                if k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                         "AWS_EC2_METADATA_DISABLED")})
     run = ttl("run", "--conf", str(profile), "--available-now", timeout=400, env=env)
     assert run.returncode == 0, run.stderr[-4000:]
     assert "upserted=6" in run.stdout and "expired_on_arrival=1" in run.stdout, run.stdout
+    produce(kafka, profile, [InputRecord(b"k%d" % i, b"w%d" % i, later + 1, (), i % 2,
+                                         10 + i) for i in range(3)])
+    run = ttl("run", "--conf", str(profile), "--available-now", timeout=400, env=env)
+    assert run.returncode == 0, run.stderr[-4000:]
+    batches = [json.loads(line[line.index("{"):]) for line in run.stderr.splitlines()
+               if '"lookup_reads"' in line]
+    assert batches and batches[-1]["lookup_reads"].get("delta-rs"), batches  # on S3
+    assert not batches[-1]["lookup_reads"].get("spark"), batches
+    got = ttl("get", "k1", "--conf", str(profile), "-o", "json", timeout=120, env=env)
+    assert got.returncode == 0 and json.loads(got.stdout)["value"] == "w1", got.stderr[-2000:]
     got = ttl("get", "k3", "--conf", str(profile), "-o", "json", timeout=120, env=env)
     assert got.returncode == 0 and json.loads(got.stdout)["value"] == "v3", got.stderr[-2000:]
+    drill = ttl("drill", "--conf", str(profile), timeout=400, env=env)
+    assert drill.returncode == 0 and "drill MATCH" in drill.stdout, drill.stderr[-3000:]
     status = ttl("status", "--conf", str(profile), "--json", timeout=120, env=env)
     assert status.returncode == 0, status.stderr[-2000:]
     shown = json.loads(status.stdout)

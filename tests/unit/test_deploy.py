@@ -21,8 +21,8 @@ from apscheduler.triggers.cron import CronTrigger
 from click.testing import CliRunner
 
 from ttl.cli import main as cli
-from ttl.config import load
-from ttl.spark import LOG4J2, SPARK_DEFAULTS, read_spark_defaults
+from ttl.config import SPARK_DEFAULTS, load, read_spark_defaults
+from ttl.spark import LOG4J2
 from ttl.submit import packages, spark_settings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -26,7 +26,8 @@ def test_local_paths_are_told_from_remote_ones(path, local):
 
 
 @pytest.mark.parametrize(("how", "path", "rust"), [
-    ("auto", "/data/store", True), ("auto", "s3a://bucket/store", False),
+    ("auto", "/data/store", True), ("auto", "s3a://bucket/store", True),
+    ("auto", "abfss://c@a.dfs.core.windows.net/s", False),
     ("delta-rs", "s3a://bucket/store", True), ("spark", "/data/store", False)])
 def test_the_reader_follows_the_setting(how, path, rust):
     assert lookup.Lookup(how).uses_delta_rs(path) is rust

@@ -56,8 +56,8 @@ def test_a_profile_naming_ttls_s3_log_store_ships_its_jar():
 
 def test_the_shipped_package_imports_from_its_zip_alone(tmp_path):
     """What ``--py-files`` and ``addPyFile`` ship: a zip Python imports ``ttl`` from (a
-    wheel it would not), whose fold imports nothing beyond the standard library at its
-    top (an executor has no pydantic, confluent-kafka or delta-rs)."""
+    wheel it would not), whose executors' side imports nothing beyond the standard library
+    at its top (an executor has no pydantic, confluent-kafka or delta-rs)."""
     import subprocess
     import sys
 
@@ -67,7 +67,27 @@ def test_the_shipped_package_imports_from_its_zip_alone(tmp_path):
     assert shipped.suffix == ".zip" and package_zip() == shipped  # cached by its contents
     probe = subprocess.run(
         [sys.executable, "-S", "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
-         "import ttl.store.fold, ttl.model; print(ttl.store.fold.__file__)", str(shipped)],
+         "import ttl.store.executor_fold as f; print(f.__file__)", str(shipped)],
         capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout.strip().startswith(str(shipped)), probe.stdout
+
+
+def test_the_executors_output_schema_is_the_one_spark_is_told():
+    """``OUTPUT_DDL`` (what ``mapInArrow`` is told) and ``output_schema()`` (what a partition
+    yields, built without Spark) are the same columns and types."""
+    import pyarrow as pa
+
+    from ttl.store.executor_fold import OUTPUT_DDL, output_schema
+
+    names = [part.strip().split(" ", 1)[0] for part in
+             OUTPUT_DDL.replace("STRUCT<key: STRING, value: BINARY>", "S").split(",")]
+    assert names == output_schema().names
+    arrow = {"STRING": pa.string(), "BINARY": pa.binary(), "BIGINT": pa.int64(),
+             "INT": pa.int32()}
+    for part, field in zip(OUTPUT_DDL.replace("STRUCT<key: STRING, value: BINARY>", "S")
+                           .split(","), output_schema(), strict=True):
+        kind = part.strip().split(" ", 1)[1]
+        assert (field.type == pa.list_(pa.struct([("key", pa.string()),
+                                                  ("value", pa.binary())]))
+                if kind == "ARRAY<S>" else field.type == arrow[kind]), part

@@ -35,12 +35,18 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ttl.input_position import first_offsets, next_offsets
 from ttl.model import Counts, Semantics
 from ttl.names import EXPIRED_KEYS_SUFFIX, sibling
 from ttl.phases import BatchPhases
-from ttl.store.fold import INPUT_COLUMNS, STORED_COLUMNS, fold_table, input_arrow_schema
-from ttl.store.layout import headers_arrow_type
+from ttl.store.executor_fold import (
+    FIGURES,
+    INPUT,
+    OUTPUT_DDL,
+    REJECT,
+    STORED,
+    fold_partition,
+)
+from ttl.store.fold import INPUT_COLUMNS, STORED_COLUMNS
 from ttl.store.write import (
     EXPIRED_KEYS_ASIDE,
     EXPIRED_KEYS_INLINE,
@@ -58,19 +64,6 @@ from ttl.store.write import (
 )
 
 __all__ = ["write_frame"]
-
-INPUT, STORED = 0, 1  # the tag of a row that goes into a partition's fold
-REJECT, FIGURES = "reject", "figures"  # the ``kind`` of an output row that is no change
-
-#: One schema for everything a partition's fold gives back (``kind`` says which columns a
-#: row fills): changes (``upsert``/``delete``: the driver path's change rows), dead
-#: letters (``reject``) and the partition's figures (``figures``: JSON).
-OUTPUT_DDL = ("kind STRING, key BINARY, value BINARY, ts BIGINT, "
-              "headers ARRAY<STRUCT<key: STRING, value: BINARY>>, expires_at BIGINT, "
-              "record_ttl BIGINT, removal_op STRING, timestamp BIGINT, "
-              "source_partition INT, source_offset BIGINT, reason STRING, detail STRING, "
-              "figures STRING")
-
 
 @dataclass
 class Figures:
@@ -102,62 +95,6 @@ class Figures:
 
 def _extreme(pick, a: int | None, b: int | None) -> int | None:
     return b if a is None else a if b is None else pick(a, b)
-
-
-def output_schema():
-    """``OUTPUT_DDL`` in Arrow, built on the executor (no Spark session there to parse the
-    DDL; a test holds the two equal)."""
-    import pyarrow as pa
-
-    return pa.schema([
-        ("kind", pa.string()), ("key", pa.binary()), ("value", pa.binary()),
-        ("ts", pa.int64()), ("headers", headers_arrow_type()), ("expires_at", pa.int64()),
-        ("record_ttl", pa.int64()), ("removal_op", pa.string()), ("timestamp", pa.int64()),
-        ("source_partition", pa.int32()), ("source_offset", pa.int64()),
-        ("reason", pa.string()), ("detail", pa.string()), ("figures", pa.string())])
-
-
-def _padded(table, kind: str | None, schema):
-    """``table``'s columns in the output schema, the others null (``kind`` set if given)."""
-    import pyarrow as pa
-
-    n = table.num_rows
-    columns = []
-    for f in schema:
-        if f.name == "kind" and kind is not None:
-            columns.append(pa.array([kind] * n, pa.string()))
-        elif f.name in table.column_names:
-            columns.append(table[f.name].cast(f.type))
-        else:
-            columns.append(pa.nulls(n, f.type))
-    return pa.Table.from_arrays(columns, schema=schema)
-
-
-def fold_partition(batches, *, wall_ms: int, t0: int, sem: Semantics):
-    """One partition's fold (``mapInArrow``, on an executor): its input records and the
-    stored rows of their keys -> change rows, dead letters and one row of figures."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-
-    batches = list(batches)
-    if not batches or not any(b.num_rows for b in batches):
-        return
-    rows = pa.Table.from_batches(batches)
-    inputs = rows.filter(pc.equal(rows["tag"], INPUT)).select(list(INPUT_COLUMNS))
-    inputs = inputs.cast(input_arrow_schema())
-    stored = rows.filter(pc.equal(rows["tag"], STORED)).select(list(STORED_COLUMNS))
-    folded = fold_table(inputs, stored, wall_ms, t0, sem)
-    schema = output_schema()
-    figures = {"counts": folded.counts.as_dict(), "max_ts": folded.max_ts,
-               "earliest_expiry": folded.earliest_expiry, "upserted": folded.upserted,
-               "deleted": folded.deleted, "expired": folded.expired,
-               "stored": stored.num_rows, "rejects": folded.rejects.num_rows,
-               "first_offsets": first_offsets(inputs), "next_offsets": next_offsets(inputs)}
-    for part in (_padded(folded.changes, None, schema),
-                 _padded(folded.rejects, REJECT, schema),
-                 _padded(pa.table({"figures": [json.dumps(figures)]}), FIGURES, schema)):
-        yield from part.to_batches()
 
 
 @dataclass

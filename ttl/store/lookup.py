@@ -11,7 +11,8 @@ Two readers give the same rows:
   planned, run as several jobs (file filtering, snapshot state) and collected every batch.
   The scan streams the table's narrow columns in Arrow batches and keeps only the batch's
   keys, so the driver's memory does not grow with the table. Used for a table on the local
-  file system, where delta-rs needs nothing Spark has (Hadoop credentials, ``s3a://``).
+  file system or on S3 (with the store's S3A settings as delta-rs's options,
+  ``ttl.delta_rs``).
 - **Spark**: a ``key IN`` filter for a small batch, a broadcast semi-join on
   ``key_hash`` and ``key`` for a large one. Used elsewhere, by choice (``store.lookup``), and
   if delta-rs cannot read the table (a Delta feature it does not support): the store falls
@@ -29,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ttl.names import S3_SCHEMES
 from ttl.store.fold import STORED_COLUMNS, stored_arrow_schema
 from ttl.store.layout import key_hashes
 
@@ -74,10 +76,13 @@ class Lookup:
     ``delta-rs`` chosen explicitly a failure is the batch's error.
     """
 
-    def __init__(self, how: str = "auto") -> None:
+    def __init__(self, how: str = "auto", options: dict[str, str] | None = None) -> None:
         if how not in HOW:
             raise ValueError(f"store.lookup = {how!r}: expected one of {', '.join(HOW)}")
         self.how = how
+        #: delta-rs's storage options for the table (``ttl.delta_rs``: S3's, from the
+        #: store's Spark session; ``None`` for a local table).
+        self.options = options
         self.fell_back = False
         self.failures = 0  # delta-rs failures in a row
         self.reads: Counter[str] = Counter()  # lookups per reader (tests, the bench)
@@ -87,10 +92,12 @@ class Lookup:
         self.warned_deadlock = False
 
     def uses_delta_rs(self, path: str) -> bool:
-        """Whether the next lookup of ``path`` tries delta-rs."""
+        """Whether the next lookup of ``path`` tries delta-rs: under ``auto``, for a table
+        on the local file system or on S3."""
         if self.fell_back or self.how == "spark":
             return False
-        return self.how == "delta-rs" or local_path(path) is not None
+        return (self.how == "delta-rs" or local_path(path) is not None
+                or urlparse(path).scheme in S3_SCHEMES)
 
     def _warn_deletion_vectors(self, path: str, files: int) -> None:
         if not self.warned_deadlock:
@@ -105,7 +112,7 @@ class Lookup:
         if not len(keys):
             return stored_arrow_schema().empty_table()
         self.statistics = None
-        with_vectors = deletion_vector_files(path, version)
+        with_vectors = deletion_vector_files(path, version, spark)
         many = with_vectors >= DELTA_RS_MAX_DV_FILES
         if many:
             self._warn_deletion_vectors(path, with_vectors)
@@ -113,7 +120,7 @@ class Lookup:
             seen: list[pa.Table] = []
             try:
                 found = with_delta_rs(local_path(path) or path, keys, version, statistics=seen,
-                                      must_prune=many)
+                                      must_prune=many, options=self.options)
             except Exception as exc:
                 if self.how == "delta-rs":
                     raise
@@ -219,28 +226,39 @@ def _pruning(files: pa.Table, keys: pa.Array) -> str | None:
     return key_hash_predicate(keys)
 
 
-def checksum(path: str, version: int) -> dict:
-    """The checksum file Delta writes with each version of a table on the local file
-    system (sizes, counts of files with deletion vectors and of deleted rows), ``{}``
-    without one."""
+def checksum(path: str, version: int, spark=None) -> dict:
+    """The checksum file Delta writes with each version of a table (sizes, counts of files
+    with deletion vectors and of deleted rows), ``{}`` without one: read from the local
+    file system, or elsewhere through ``spark``'s Hadoop file system (one small GET on
+    S3; without ``spark``, ``{}``)."""
+    name = f"_delta_log/{version:020d}.crc"
     local = local_path(path)
-    if local is None:
-        return {}
     try:
-        with open(f"{local.rstrip('/')}/_delta_log/{version:020d}.crc") as file:
-            return json.load(file)
-    except (OSError, ValueError):
+        if local is not None:
+            with open(f"{local.rstrip('/')}/{name}") as file:
+                return json.load(file)
+        if spark is None:
+            return {}
+        jvm = spark.sparkContext._jvm
+        crc = jvm.org.apache.hadoop.fs.Path(f"{path.rstrip('/')}/{name}")
+        stream = crc.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).open(crc)
+        try:
+            return json.loads(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+        finally:
+            stream.close()
+    except Exception:  # noqa: BLE001 - no checksum (not written, gone, unreadable): unknown
         return {}
 
 
-def deletion_vector_files(path: str, version: int) -> int:
+def deletion_vector_files(path: str, version: int, spark=None) -> int:
     """How many files of ``version`` carry deletion vectors (0 when its checksum does not
     say: Delta writes one with every commit unless told not to)."""
-    return int(checksum(path, version).get("numDeletionVectorsOpt") or 0)
+    return int(checksum(path, version, spark).get("numDeletionVectorsOpt") or 0)
 
 
 def with_delta_rs(path: str, keys: pa.Array, version: int,
-                  statistics: list | None = None, must_prune: bool = False) -> pa.Table | None:
+                  statistics: list | None = None, must_prune: bool = False,
+                  options: dict[str, str] | None = None) -> pa.Table | None:
     """The delta-rs lookup: the table at ``version``, its narrow columns streamed in Arrow
     batches and matched to ``keys`` (``is_in`` on the driver) ``MATCH_ROWS`` at a time; a
     small batch reads only the files that can hold its keys, when that skips files
@@ -249,7 +267,7 @@ def with_delta_rs(path: str, keys: pa.Array, version: int,
     only if that skips all but fewer than ``DELTA_RS_MAX_DV_FILES`` files, else ``None``."""
     from deltalake import DeltaTable, QueryBuilder
 
-    table = DeltaTable(path, version=version)
+    table = DeltaTable(path, version=version, storage_options=options)
     pruning = None
     if len(keys) <= PRUNE_KEYS:
         files = pa.table(table.get_add_actions(flatten=True))

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 
-from ttl import delta_log
+from ttl import delta_log, delta_rs
 from ttl.arrow import arrow_batches
 from ttl.clock import (
     Clock,
@@ -129,7 +129,8 @@ class DeltaStore:
             through = -1
         self._floor_raised: tuple[int, float] = (through, time.monotonic())
         self.expiry_floor = ExpiryFloor()  # shared with for_thread twins: one table
-        self.lookup = Lookup(conf.lookup)
+        self.lookup = Lookup(conf.lookup, delta_rs.storage_options_for(
+            self.path, delta_rs.session_options(self.spark)))
         self._warming: threading.Event | None = None  # set once the new snapshot is computed
         self._background = _Background()  # shared with for_thread twins: one table
         self._api_offset = 0

@@ -1,0 +1,91 @@
+"""delta-rs's access to a store's tables: the location and credentials Spark has.
+
+Spark reaches ``s3a://`` through Hadoop's S3A settings (a profile's
+``spark.hadoop.fs.s3a.*``: endpoint, region, path-style access, TLS, keys); delta-rs (the
+``object_store`` crate) takes storage options of its own. This maps the one onto the other,
+so one profile points both at the same store: the reads that run without Spark (``ttl
+status``, ``get``, ``scan``, ``dead-letters``, ``report``, the metrics) from the profile's
+settings, a batch's lookup from its Spark session's. Credentials a profile leaves to the
+environment (``EnvironmentVariableCredentialsProvider``: ``AWS_ACCESS_KEY_ID``...) are read
+there by both; on AWS, delta-rs also finds an instance's or a pod's role as the SDK does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from urllib.parse import urlparse
+
+from ttl.config import Config, declared_settings
+from ttl.names import S3_SCHEMES
+
+__all__ = ["is_table", "profile_options", "session_options", "storage_options",
+           "storage_options_for", "table"]
+
+#: Hadoop S3A settings delta-rs takes as they are, under its own names.
+_SAME_VALUE = {
+    "fs.s3a.endpoint.region": "AWS_REGION",
+    "fs.s3a.access.key": "AWS_ACCESS_KEY_ID",
+    "fs.s3a.secret.key": "AWS_SECRET_ACCESS_KEY",
+    "fs.s3a.session.token": "AWS_SESSION_TOKEN",
+}
+#: Every S3A setting ``storage_options`` reads.
+S3A_KEYS = ("fs.s3a.endpoint", "fs.s3a.connection.ssl.enabled", "fs.s3a.path.style.access",
+            *_SAME_VALUE)
+
+
+def storage_options(hadoop: Mapping[str, str]) -> dict[str, str]:
+    """delta-rs storage options from Hadoop S3A settings (keys as Hadoop names them,
+    ``fs.s3a.*``; absent ones are left to delta-rs's defaults and the environment)."""
+    out: dict[str, str] = {}
+    ssl = str(hadoop.get("fs.s3a.connection.ssl.enabled", "true")).strip().lower() != "false"
+    endpoint = hadoop.get("fs.s3a.endpoint")
+    if endpoint:
+        if "://" not in endpoint:  # S3A takes a bare host; TLS then follows the setting
+            endpoint = f"{'https' if ssl else 'http'}://{endpoint}"
+        out["AWS_ENDPOINT_URL"] = endpoint
+        if endpoint.startswith("http://"):
+            out["AWS_ALLOW_HTTP"] = "true"
+    path_style = hadoop.get("fs.s3a.path.style.access")
+    if path_style is not None:
+        hosted = str(path_style).strip().lower() != "true"
+        out["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = str(hosted).lower()
+    for key, name in _SAME_VALUE.items():
+        if hadoop.get(key):
+            out[name] = str(hadoop[key])
+    return out
+
+
+def profile_options(conf: Config) -> dict[str, str]:
+    """``storage_options`` from the Spark settings a profile declares
+    (``spark.hadoop.fs.s3a.*``, ``conf/spark-defaults.conf`` included)."""
+    prefix = "spark.hadoop."
+    return storage_options({k.removeprefix(prefix): v
+                            for k, v in declared_settings(conf.spark).items()
+                            if k.startswith(prefix)})
+
+
+def session_options(spark) -> dict[str, str]:
+    """``storage_options`` from a Spark session's Hadoop configuration (what its own
+    reads of the table use)."""
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    found = {key: hadoop.get(key) for key in S3A_KEYS}
+    return storage_options({k: v for k, v in found.items() if v is not None})
+
+
+def table(path: str, options: Mapping[str, str] | None = None, version: int | None = None):
+    """The table at ``path`` (at ``version``, else the newest), read by delta-rs."""
+    from deltalake import DeltaTable
+
+    return DeltaTable(path, version=version, storage_options=storage_options_for(path, options))
+
+
+def is_table(path: str, options: Mapping[str, str] | None = None) -> bool:
+    from deltalake import DeltaTable
+
+    return DeltaTable.is_deltatable(path, storage_options=storage_options_for(path, options))
+
+
+def storage_options_for(path: str, options: Mapping[str, str] | None) -> dict[str, str] | None:
+    """The options for a path on S3 (others take none: S3 options on a local path are an
+    error in delta-rs)."""
+    return dict(options) if options and urlparse(path).scheme in S3_SCHEMES else None
