@@ -14,7 +14,11 @@ over each in every set-up, one after the other, each on a store of its own
 * **executors**: the standalone cluster, every batch folded and written on the
   executors (``stream.batch_path = "executors"``, ``ttl.store.distributed``);
 * **driver-cluster**: the standalone cluster, batches collected to the driver (what the
-  driver path costs where the records live elsewhere).
+  driver path costs where the records live elsewhere);
+* **driver-s3**: ``local[2]`` with the store, its checkpoint and every table on the local
+  S3-compatible server (``LocalObjectStore``, through Hadoop's S3A and the conditional log
+  store; delta-rs with the same settings): what object storage costs against the local
+  file system of ``driver-local``.
 
 Prints records/s over the batches, batch p50/p99, and the driver's CPU-seconds per 100k
 records: ttl's Python process and its JVM (on the cluster the executors' JVMs and Python
@@ -27,6 +31,7 @@ CPU per record is what ``docs/scaling.md`` plans a cluster from.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -35,8 +40,11 @@ from tests.bench import compare
 from tests.bench import stream_bench as sb
 from tests.bench.machine import machine_facts
 from ttl.config import load
+from ttl.jvm.jars import Versions
 from ttl.local.kafka import LocalKafka
+from ttl.local.object_store import LocalObjectStore
 from ttl.local.spark_cluster import LocalSparkCluster
+from ttl.single_writer import S3_CONDITIONAL
 
 CLUSTER_SETTINGS = """\
 "spark.executor.memory" = "2g"
@@ -45,13 +53,18 @@ CLUSTER_SETTINGS = """\
 """
 
 
-def setups(cluster: LocalSparkCluster) -> dict[str, dict]:
+def setups(cluster: LocalSparkCluster, s3: LocalObjectStore) -> dict[str, dict]:
     on_cluster = f'{CLUSTER_SETTINGS}[spark]\nmaster = "{cluster.master_url}"\n'
+    on_s3 = "".join(f'"{k}" = "{v}"\n' for k, v in {
+        **s3.spark_settings(), "spark.delta.logStore.s3a.impl": S3_CONDITIONAL}.items())
     return {
         "driver-local": {"stream_extra": 'batch_path = "driver"',
                          "extra": '[spark]\nmaster = "local[2]"\n'},
         "executors": {"stream_extra": 'batch_path = "executors"', "extra": on_cluster},
         "driver-cluster": {"stream_extra": 'batch_path = "driver"', "extra": on_cluster},
+        "driver-s3": {"stream_extra": 'batch_path = "driver"', "s3": True,
+                      "extra": on_s3 + '[spark]\nmaster = "local[2]"\n'
+                               f'packages = ["{Versions.load().hadoop_aws()}"]\n'},
     }
 
 
@@ -78,17 +91,26 @@ def main() -> None:
     kafka = LocalKafka(work / "kafka", heap="1g").start()
     (work / "spark").mkdir()
     cluster = LocalSparkCluster(workers=2, cores=1, memory="3g", work_dir=work / "spark").start()
+    s3 = LocalObjectStore(work / "s3").start()
+    os.environ.update(s3.environment())  # the ttl runs' credentials (the profile: the rest)
     print(f"kafka at {kafka.bootstrap_servers}, spark at {cluster.master_url}; work dir {work}",
           flush=True)
     n = args.records
     try:
-        chosen = setups(cluster)
+        chosen = setups(cluster, s3)
         if args.only:
             chosen = {k: v for k, v in chosen.items() if k in args.only.split(",")}
         confs = {}
         for label, profile in chosen.items():
+            on_s3 = profile.pop("s3", False)
             conf = sb.write_conf(work, kafka, trigger="1s", sweep_interval="10s",
                                  lease="30s", max_offsets=args.batch, **profile)
+            if on_s3:  # the store and checkpoint the profile put in its directory: on S3
+                bucket = s3.create_bucket(f"bench{len(confs)}")
+                conf.write_text(conf.read_text()
+                                .replace(f'"{conf.parent / "store"}"', f'"{bucket}/store"')
+                                .replace(f'"{conf.parent / "checkpoint"}"',
+                                         f'"{bucket}/checkpoint"'))
             confs[label] = conf
         # One input topic for all: each set-up's own store and checkpoint read it all.
         topic = load(next(iter(confs.values()))).kafka.input_topic
@@ -116,6 +138,7 @@ def main() -> None:
                       f"rate {compare.ratio(run.rate, first.rate)} of {first.system}")
     finally:
         cluster.stop()
+        s3.stop()
         kafka.stop()
         shutil.rmtree(work, ignore_errors=True)
 
