@@ -274,7 +274,8 @@ class StreamConfig(_Section):
     on_lost_input: Literal["stop", "skip"] = "stop"
     #: Where a batch is folded (``ttl.store.distributed``): ``driver`` (collected to the
     #: driver as Arrow: the fastest in local mode and for small batches), ``executors``
-    #: (the records stay there; only figures reach the driver), or ``auto``: the executors
+    #: (the records stay there; the driver gets figures and the change rows to publish),
+    #: or ``auto``: the executors
     #: on a cluster master for a batch of at least ``executor_min_records``.
     batch_path: Literal["auto", "driver", "executors"] = "auto"
     executor_min_records: int = Field(default=20_000, gt=0)

@@ -39,13 +39,14 @@ def _query(conf: Config, sql: str) -> pa.Table:
     from deltalake import QueryBuilder
 
     options = delta_rs.profile_options(conf)
-    if not delta_rs.is_table(conf.store.dead_letters, options):  # made with the store's table
+    dead = delta_rs.table_if_exists(conf.store.dead_letters, options)
+    if dead is None:  # made with the store's table
         raise StoreMissing(f"no Delta table at {conf.store.dead_letters} (the dead letters of "
                            f"store.path {conf.store.path})")
-    builder = QueryBuilder().register("dead", delta_rs.table(conf.store.dead_letters, options))
-    replayed = _replayed_path(conf)
-    if delta_rs.is_table(replayed, options):
-        builder.register("replayed", delta_rs.table(replayed, options))
+    builder = QueryBuilder().register("dead", dead)
+    replayed = delta_rs.table_if_exists(_replayed_path(conf), options)
+    if replayed is not None:
+        builder.register("replayed", replayed)
     return pa.table(builder.execute(sql).read_all())
 
 

@@ -3,15 +3,17 @@
 Spark reaches ``s3a://`` through Hadoop's S3A settings (a profile's
 ``spark.hadoop.fs.s3a.*``: endpoint, region, path-style access, TLS, keys); delta-rs (the
 ``object_store`` crate) takes storage options of its own. This maps the one onto the other,
-so one profile points both at the same store: the reads that run without Spark (``ttl
-status``, ``get``, ``scan``, ``dead-letters``, ``report``, the metrics) from the profile's
-settings, a batch's lookup from its Spark session's. Credentials a profile leaves to the
+so one profile points both at the same store: what runs without Spark (``ttl status``,
+``get``, ``scan``, ``dead-letters`` and its replay's record of what it replayed,
+``report``, the metrics) from the profile's settings, a batch's lookup from its Spark
+session's. Credentials a profile leaves to the
 environment (``EnvironmentVariableCredentialsProvider``: ``AWS_ACCESS_KEY_ID``...) are read
 there by both; on AWS, delta-rs also finds an instance's or a pod's role as the SDK does.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from urllib.parse import urlparse
 
@@ -19,7 +21,7 @@ from ttl.config import Config, declared_settings
 from ttl.names import S3_SCHEMES
 
 __all__ = ["is_table", "profile_options", "session_options", "storage_options",
-           "storage_options_for", "table"]
+           "storage_options_for", "table", "table_if_exists"]
 
 #: Hadoop S3A settings delta-rs takes as they are, under its own names.
 _SAME_VALUE = {
@@ -29,13 +31,21 @@ _SAME_VALUE = {
     "fs.s3a.session.token": "AWS_SESSION_TOKEN",
 }
 #: Every S3A setting ``storage_options`` reads.
-S3A_KEYS = ("fs.s3a.endpoint", "fs.s3a.connection.ssl.enabled", "fs.s3a.path.style.access",
-            *_SAME_VALUE)
+S3A_KEYS = ("fs.s3a.endpoint", "fs.s3a.connection.ssl.enabled", *_SAME_VALUE)
+#: The region an AWS S3 endpoint names (``s3.eu-west-1.amazonaws.com``, ``s3-eu-west-1...``,
+#: ``s3.dualstack.eu-west-1...``).
+_AWS_REGION = re.compile(r"^s3[.-](?:dualstack\.)?([a-z]{2}(?:-[a-z]+)+-\d)\.amazonaws\.com")
 
 
 def storage_options(hadoop: Mapping[str, str]) -> dict[str, str]:
     """delta-rs storage options from Hadoop S3A settings (keys as Hadoop names them,
-    ``fs.s3a.*``; absent ones are left to delta-rs's defaults and the environment)."""
+    ``fs.s3a.*``; absent ones are left to delta-rs's defaults and the environment).
+
+    With an endpoint, delta-rs addresses buckets by path (``endpoint/bucket/key``: its
+    virtual-hosted mode would take the endpoint for the bucket's own host), whatever S3A's
+    ``path.style.access`` says: S3 and S3-compatible servers answer both. The region is
+    S3A's, else the one an AWS endpoint names (``s3.<region>.amazonaws.com``): requests
+    are signed for it."""
     out: dict[str, str] = {}
     ssl = str(hadoop.get("fs.s3a.connection.ssl.enabled", "true")).strip().lower() != "false"
     endpoint = hadoop.get("fs.s3a.endpoint")
@@ -45,10 +55,9 @@ def storage_options(hadoop: Mapping[str, str]) -> dict[str, str]:
         out["AWS_ENDPOINT_URL"] = endpoint
         if endpoint.startswith("http://"):
             out["AWS_ALLOW_HTTP"] = "true"
-    path_style = hadoop.get("fs.s3a.path.style.access")
-    if path_style is not None:
-        hosted = str(path_style).strip().lower() != "true"
-        out["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = str(hosted).lower()
+        named = _AWS_REGION.search(urlparse(endpoint).hostname or "")
+        if named and not hadoop.get("fs.s3a.endpoint.region"):
+            out["AWS_REGION"] = named.group(1)
     for key, name in _SAME_VALUE.items():
         if hadoop.get(key):
             out[name] = str(hadoop[key])
@@ -83,6 +92,12 @@ def is_table(path: str, options: Mapping[str, str] | None = None) -> bool:
     from deltalake import DeltaTable
 
     return DeltaTable.is_deltatable(path, storage_options=storage_options_for(path, options))
+
+
+def table_if_exists(path: str, options: Mapping[str, str] | None = None):
+    """The table at ``path`` if there is one there, else ``None`` (a side table not made
+    yet: the dead letters' replays, the drills, the lease)."""
+    return table(path, options) if is_table(path, options) else None
 
 
 def storage_options_for(path: str, options: Mapping[str, str] | None) -> dict[str, str] | None:

@@ -86,9 +86,9 @@ class TableFigures:
             log.debug("status read failed", exc_info=True)
         drills = sibling(self.conf.store.path, DRILLS_SUFFIX)
         try:
-            options = delta_rs.profile_options(self.conf)
-            if delta_rs.is_table(drills, options):
-                rows = status.query({"d": delta_rs.table(drills, options)},  # any table features
+            table = delta_rs.table_if_exists(drills, delta_rs.profile_options(self.conf))
+            if table is not None:
+                rows = status.query({"d": table},  # SQL: any table features
                                     "SELECT match, started_at FROM d ORDER BY started_at "
                                     "DESC LIMIT 1").to_pylist()
                 if rows:

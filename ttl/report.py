@@ -93,8 +93,9 @@ def collect(conf: Config, *, wall_ms: int | None = None, kafka=None) -> dict:
                 lateness[clock][_bucket(max(0, t - e), LATENESS_BUCKETS)] += 1
     drills = []
     drill_path = sibling(conf.store.path, DRILLS_SUFFIX)
-    if delta_rs.is_table(drill_path, options):  # SQL: an older table may have deletion vectors
-        drills = status_mod.query({"d": delta_rs.table(drill_path, options)},
+    drill_table = delta_rs.table_if_exists(drill_path, options)
+    if drill_table is not None:  # SQL: an older table may have deletion vectors
+        drills = status_mod.query({"d": drill_table},
                                   "SELECT version, started_at, match, keys, restore_seconds "
                                   "FROM d ORDER BY started_at").to_pylist()
     return {"store": conf.store.name, "table": conf.store.path, "generated_at": now,

@@ -224,23 +224,21 @@ def status(conf: Config, kafka=None, *, wall_ms: int | None = None) -> dict[str,
 
 def _count(conf: Config, path: str) -> int:
     """Rows of a sibling table (0 while it does not exist yet)."""
-    options = delta_rs.profile_options(conf)
-    if not delta_rs.is_table(path, options):
+    table = delta_rs.table_if_exists(path, delta_rs.profile_options(conf))
+    if table is None:
         return 0
-    return query({"t": delta_rs.table(path, options)},
-                 "SELECT count(*) AS n FROM t").to_pylist()[0]["n"]
+    return query({"t": table}, "SELECT count(*) AS n FROM t").to_pylist()[0]["n"]
 
 
 def lease_holder(conf: Config, wall_ms: int) -> tuple[str, int] | None:
     """Who holds the lease live and until when (epoch ms), or ``None`` when it is free."""
-    path = sibling(conf.store.path, LEASE_SUFFIX)
-    options = delta_rs.profile_options(conf)
-    if not delta_rs.is_table(path, options):
+    table = delta_rs.table_if_exists(sibling(conf.store.path, LEASE_SUFFIX),
+                                     delta_rs.profile_options(conf))
+    if table is None:
         return None  # nobody ever held it
     # The SQL path: a lease table made before it stopped declaring deletion vectors
     # still reads.
-    rows = query({"lease": delta_rs.table(path, options)}, "SELECT * FROM lease").to_pylist()
-    for row in rows:
+    for row in query({"lease": table}, "SELECT * FROM lease").to_pylist():
         if row["id"] == LEASE_ID and row["owner"] and row["expires_at"] > wall_ms:
             return row["holder"], row["expires_at"]
     return None

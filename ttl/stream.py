@@ -31,6 +31,7 @@ import logging
 import signal
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 from ttl import commit, delta_log, eviction, input_position, schedule
@@ -438,6 +439,7 @@ class StreamJob:
         query_id = self.query.id
         txn = (batch_txn_app_id(self.conf.store.name, query_id), batch_id)
         position: dict[str, int] = {}
+        lookups_before = Counter(self.store.lookup.reads)
 
         def metadata(first: dict[str, int], after: dict[str, int]) -> dict:
             """The commit's input position, once the batch is known not to re-read input
@@ -475,10 +477,11 @@ class StreamJob:
                 upto = delta_log.latest_version(self.spark, self.store.path)
                 stream_time = self.store.stream_time.value
                 offsets = dict(position)
-                folded_on = "driver" if table is not None else "executors"
+                how = {"folded_on": "driver" if table is not None else "executors",
+                       "lookups": dict(self.store.lookup.reads - lookups_before)}
                 self.publication.behind(result, upto, phases, lambda published: self._batch_done(
                     batch_id, result, evicted, published, phases, jobs, own, offsets,
-                    stream_time, folded_on))
+                    stream_time, how))
             finally:
                 self.lock.release()
             self.position = offsets
@@ -500,13 +503,18 @@ class StreamJob:
             return s.batch_path == "executors"
         if self.spark.sparkContext.master.startswith("local"):
             return False
-        marks = self.kafka.watermarks(self.conf.kafka.input_topic) or {}
+        try:
+            marks = self.kafka.watermarks(self.conf.kafka.input_topic) or {}
+        except Exception:  # noqa: BLE001 - only an estimate: the way that bounds the driver
+            log.debug("no input end offsets for the batch's size; folding on the executors",
+                      exc_info=True)
+            return True
         waiting = input_position.waiting(self.position, marks)
         return min(waiting, s.max_offsets_per_trigger) >= s.executor_min_records
 
     def _batch_done(self, batch_id: int, result, evicted: dict, published, phases,
                     jobs: dict, own: float, offsets: dict[str, int],
-                    stream_time: int | None, folded_on: str) -> None:
+                    stream_time: int | None, how: dict) -> None:
         """The batch is published: account for it and write its log line (from the
         publication's thread; ``duration_s`` is the batch's own time, its publication,
         overlapping the next batch, is ``phases_s.publish``)."""
@@ -524,7 +532,7 @@ class StreamJob:
             "evicted": evicted, "changelog_records": published.records,
             "publication_lag_versions": published.lag_versions,
             "duration_s": seconds["total"], "phases_s": seconds,
-            "folded_on": folded_on, "lookup_reads": dict(self.store.lookup.reads),
+            **how,  # where the batch was folded, and its lookups by reader
             **jobs, "write": result.write, "write_metrics": result.metrics,
             "stream_time": stream_time, "applied": result.applied,
             "input_offsets": offsets, "catch_up": self._catch_up(offsets),

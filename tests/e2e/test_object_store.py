@@ -93,9 +93,8 @@ def test_a_stream_runs_on_the_object_store_as_the_documented_profile_says(
     run = ttl("run", "--conf", str(profile), "--available-now", timeout=400, env=env)
     assert run.returncode == 0, run.stderr[-4000:]
     batches = [json.loads(line[line.index("{"):]) for line in run.stderr.splitlines()
-               if '"lookup_reads"' in line]
-    assert batches and batches[-1]["lookup_reads"].get("delta-rs"), batches  # on S3
-    assert not batches[-1]["lookup_reads"].get("spark"), batches
+               if '"lookups"' in line]
+    assert batches and all(b["lookups"] == {"delta-rs": 1} for b in batches), batches  # S3
     got = ttl("get", "k1", "--conf", str(profile), "-o", "json", timeout=120, env=env)
     assert got.returncode == 0 and json.loads(got.stdout)["value"] == "w1", got.stderr[-2000:]
     got = ttl("get", "k3", "--conf", str(profile), "-o", "json", timeout=120, env=env)

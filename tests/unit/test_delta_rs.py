@@ -11,7 +11,6 @@ def test_the_local_servers_s3a_settings_become_delta_rs_options():
         "fs.s3a.endpoint": "http://127.0.0.1:9000", "fs.s3a.endpoint.region": "us-east-1",
         "fs.s3a.path.style.access": "true", "fs.s3a.connection.ssl.enabled": "false"})
     assert options == {"AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "AWS_ALLOW_HTTP": "true",
-                       "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false",
                        "AWS_REGION": "us-east-1"}
 
 
@@ -19,11 +18,16 @@ def test_a_bare_host_takes_its_scheme_from_the_tls_setting_and_keys_pass_through
     assert delta_rs.storage_options({"fs.s3a.endpoint": "minio:9000",
                                      "fs.s3a.connection.ssl.enabled": "false"}) == {
         "AWS_ENDPOINT_URL": "http://minio:9000", "AWS_ALLOW_HTTP": "true"}
+    # S3A's default virtual-hosted style is not passed on (delta-rs would take the endpoint
+    # for the bucket's host); an AWS endpoint names the region requests are signed for.
     assert delta_rs.storage_options({"fs.s3a.endpoint": "s3.eu-west-1.amazonaws.com",
                                      "fs.s3a.access.key": "AK", "fs.s3a.secret.key": "SK",
                                      "fs.s3a.path.style.access": "false"}) == {
         "AWS_ENDPOINT_URL": "https://s3.eu-west-1.amazonaws.com", "AWS_ACCESS_KEY_ID": "AK",
-        "AWS_SECRET_ACCESS_KEY": "SK", "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "true"}
+        "AWS_SECRET_ACCESS_KEY": "SK", "AWS_REGION": "eu-west-1"}
+    assert delta_rs.storage_options({"fs.s3a.endpoint": "s3.eu-west-1.amazonaws.com",
+                                     "fs.s3a.endpoint.region": "eu-west-2"})[
+        "AWS_REGION"] == "eu-west-2"
     assert delta_rs.storage_options({}) == {}  # AWS itself: delta-rs's defaults, the env
 
 

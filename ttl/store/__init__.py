@@ -1,8 +1,8 @@
 """The timestamped store on Delta Lake (docs/semantics.md: data model, writes, expiry).
 
 ``DeltaStore`` is imported on first use: executors import ``ttl.store.fold`` (the batch on
-the executors, ``ttl.store.distributed``), and this package must not pull the driver's
-modules (configuration, Delta's log, delta-rs) into them with it.
+the executors, ``ttl.store.executor_fold``), and this package must not pull the driver's
+modules (configuration and pydantic, the Kafka and delta-rs clients) into them with it.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ the right trade in local mode, where driver and executors share the machine, and
 ceiling on a cluster, where the driver would carry every record. Here the records never
 reach the driver:
 
-1. the input DataFrame (Spark's Kafka rows) gets its keys' ``key_hash`` on the executors;
+1. the input DataFrame (Spark's Kafka rows) gets its keys' ``key_hash`` on the executors,
+   and is persisted there (Kafka is read once);
 2. the stored rows of the batch's keys are a join of the table's narrow columns, at the
    version the write starts from, with the batch's distinct keys;
 3. input and stored rows, tagged, are hash-partitioned by ``key_hash`` (a key's records and
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -51,19 +53,21 @@ from ttl.store.write import (
     EXPIRED_KEYS_ASIDE,
     EXPIRED_KEYS_INLINE,
     WriteResult,
-    _empty_commit,
-    _merge_into,
     append_dead_letters,
     append_expired_keys,
     append_rows,
     at_stable_version,
     commit_write,
+    empty_commit,
     final_metadata,
+    merge_into,
     replace_rows,
-    replace_supported,
+    write_kind,
 )
 
 __all__ = ["write_frame"]
+
+log = logging.getLogger(__name__)
 
 @dataclass
 class Figures:
@@ -136,16 +140,22 @@ class Spread:
                 .select("key"))
 
 
-def fold_frame(spark, path: str, records, version: int, *, wall_ms: int, t0: int,
+def tagged_inputs(records):
+    """The input records (a DataFrame with the Kafka source's columns, ``timestamp`` in
+    ms) as the fold's input rows: tagged, with their keys' ``key_hash``."""
+    from pyspark.sql import functions as F
+
+    return records.select(F.lit(INPUT).alias("tag"), F.xxhash64("key").alias("key_hash"),
+                          *[F.col(c) for c in INPUT_COLUMNS])
+
+
+def fold_frame(spark, path: str, inputs, version: int, *, wall_ms: int, t0: int,
                sem: Semantics) -> Spread:
-    """Fold ``records`` (a DataFrame with the Kafka source's columns, ``timestamp`` in ms)
-    onto the table at ``version``, on the executors (module docstring, steps 1-4)."""
+    """Fold ``inputs`` (``tagged_inputs``) onto the table at ``version``, on the executors
+    (module docstring, steps 2-4)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    inputs = records.select(
-        F.lit(INPUT).alias("tag"), F.xxhash64("key").alias("key_hash"),
-        *[F.col(c) for c in INPUT_COLUMNS])
     keys = inputs.where(F.col("key").isNotNull()).select("key_hash", "key").distinct()
     stored = (spark.read.format("delta").option("versionAsOf", version).load(path)
               .select("key_hash", *STORED_COLUMNS)
@@ -179,84 +189,114 @@ def in_session(frame, spark):
     return DataFrame(moved, spark)
 
 
+#: Up to this many changed keys, the executors' batch hands its change rows to the
+#: publisher (``keep_changes``: collected once the commit is made, cheaper than the
+#: publisher reading the version's change data back); more are not brought to the
+#: driver's memory, and the publisher reads the change data as after any other commit.
+KEPT_CHANGES_MAX = 200_000
+
+
 def write_frame(spark, path: str, dead_letter_path: str, records, *, sem: Semantics,
                 wall_ms: int, t0: int, metadata: Callable[[Figures], dict],
                 txn: tuple[str, int] | None = None, phases: BatchPhases | None = None,
-                keep_changes: bool = False,
+                keep_changes: bool = False, done: set[str] | None = None,
                 fence: Callable[[], None] | None = None) -> tuple[WriteResult, dict]:
     """``write.write_batch`` for a batch that stays on the executors: ``records`` is the
     input DataFrame; ``metadata`` gives the commit's metadata (the stream time before the
     batch under ``stream_time``) from the batch's figures (its input offsets), and may
-    raise to refuse the batch before anything is written. ``keep_changes``: as there, the
-    commit's change rows for the publisher (collected from the executors, which is cheaper
-    than the publisher reading the version's change data back)."""
+    raise to refuse the batch before anything is written. ``keep_changes``: as there, up
+    to ``KEPT_CHANGES_MAX`` changed keys. ``done``, ``fence``: as there; the fence is also
+    checked right before the commit (the fold can take many seconds)."""
+    from pyspark import StorageLevel
+
     phases = phases or BatchPhases()
-    records = in_session(records, spark)
+    done = set() if done is None else done
+    # Read from Kafka once: the keys' semi-join and the fold both take these rows, and a
+    # run again after a conflict reads them from here too.
+    inputs = tagged_inputs(in_session(records, spark)).persist(StorageLevel.MEMORY_AND_DISK)
     spreads: list[Spread] = []
 
-    def attempt(version: int) -> Spread:
+    def attempt(version: int) -> tuple[Spread, WriteResult, dict]:
         for old in spreads:  # an earlier attempt's, at an older version
             old.out.unpersist()
+        spreads.clear()
         with phases.phase("fold"):
-            spread = fold_frame(spark, path, records, version, wall_ms=wall_ms, t0=t0, sem=sem)
+            spread = fold_frame(spark, path, inputs, version, wall_ms=wall_ms, t0=t0, sem=sem)
         spreads.append(spread)
-        return spread
+        # Everything before the commit happens in the attempt, so the version check
+        # after it covers it all: a commit landing meanwhile makes the batch fold again.
+        return (spread, *_prepare(spark, path, dead_letter_path, spread, version,
+                                  wall_ms=wall_ms, t0=t0, metadata=metadata, txn=txn,
+                                  phases=phases, done=done))
 
     try:
-        spread, version_before = at_stable_version(spark, path, attempt, fence)
-        result, meta = _commit(spark, path, dead_letter_path, spread, version_before, sem=sem,
-                               wall_ms=wall_ms, t0=t0, metadata=metadata, txn=txn,
-                               phases=phases)
-        if keep_changes and result.applied and result.version == version_before + 1:
-            result.changes = (spread.changes()
-                              .select("kind", "key", "value", "ts", "headers", "record_ttl")
-                              .toArrow())
+        (spread, result, meta), version_before = at_stable_version(spark, path, attempt, fence)
+        if fence is not None:
+            fence()
+        _commit(spark, path, spread, result, meta, wall_ms=wall_ms, txn=txn, phases=phases)
+        f = spread.figures
+        if (keep_changes and result.applied and result.version == version_before + 1
+                and f.upserted + f.deleted + f.expired <= KEPT_CHANGES_MAX):
+            try:
+                result.changes = (spread.changes()
+                                  .select("kind", "key", "value", "ts", "headers",
+                                          "record_ttl").toArrow())
+            except Exception:  # noqa: BLE001 - committed: the publisher reads the change data
+                log.warning("could not collect the change rows of version %s; the publisher "
+                            "reads its change data", result.version, exc_info=True)
         return result, meta
     finally:
         for spread in spreads:
             spread.out.unpersist()
+        inputs.unpersist()
 
 
-def _commit(spark, path: str, dead_letter_path: str, spread: Spread, version_before: int, *,
-            sem: Semantics, wall_ms: int, t0: int, metadata: Callable[[Figures], dict],
-            txn: tuple[str, int] | None, phases: BatchPhases) -> tuple[WriteResult, dict]:
+def _prepare(spark, path: str, dead_letter_path: str, spread: Spread, version: int, *,
+             wall_ms: int, t0: int, metadata: Callable[[Figures], dict],
+             txn: tuple[str, int] | None, phases: BatchPhases,
+             done: set[str]) -> tuple[WriteResult, dict]:
+    """What comes before the commit: its metadata (which may refuse the batch: nothing is
+    written before it), the dead letters and the expired-on-arrival keys."""
     f = spread.figures
     meta = metadata(f)
     result = WriteResult(f.counts, f.max_ts, rows_upserted=f.upserted, rows_deleted=f.deleted,
                          rows_expired=f.expired, rejected_by_reason=f.counts.rejected,
-                         earliest_expiry=f.earliest_expiry, version_before=version_before)
-    if f.rejects:
+                         earliest_expiry=f.earliest_expiry, version_before=version)
+    if f.rejects and "dead_letters" not in done:  # the same records are rejected every time
         with phases.phase("dead_letters"):
             append_dead_letters(spread.rejects(wall_ms), dead_letter_path, txn)
-    inline = f.expired <= EXPIRED_KEYS_INLINE
-    hex_keys = ([bytes(r.key).hex() for r in spread.expired_keys().collect()]
-                if 0 < f.expired <= EXPIRED_KEYS_INLINE
-                else [] if not f.expired else EXPIRED_KEYS_ASIDE)
-    final_meta = final_metadata(meta, f.max_ts, t0=t0, wall_ms=wall_ms, expired_keys=hex_keys)
-    if not inline:
+        done.add("dead_letters")
+    aside = f.expired > EXPIRED_KEYS_INLINE
+    if aside:
+        expired: list[str] | str = EXPIRED_KEYS_ASIDE
+    elif f.expired:
+        expired = [bytes(r.key).hex() for r in spread.expired_keys().collect()]
+    else:
+        expired = []
+    final_meta = final_metadata(meta, f.max_ts, t0=t0, wall_ms=wall_ms, expired_keys=expired)
+    if aside:
         with phases.phase("expired_keys"):
             append_expired_keys(spark, sibling(path, EXPIRED_KEYS_SUFFIX),
                                 final_meta["write_id"], spread.expired_keys(), wall_ms)
+    return result, final_meta
+
+
+def _commit(spark, path: str, spread: Spread, result: WriteResult, meta: dict, *,
+            wall_ms: int, txn: tuple[str, int] | None, phases: BatchPhases) -> None:
+    """The batch's commit, from the DataFrames the executors hold (no naming of keys: a
+    batch large enough for this path touches most files anyway)."""
+    f = spread.figures
+    removes = bool(f.deleted + f.expired)
     with phases.phase("write"):
-        result.write = _write_kind(spark, f)
+        result.write = write_kind(spark, changes=bool(f.upserted) or removes,
+                                  stored=bool(f.stored), upserts=bool(f.upserted),
+                                  removes=removes)
         writes = {
             "append": lambda: append_rows(spread.table_rows(wall_ms), path),
             "replace": lambda: replace_rows(
                 spark, path, spread.table_rows(wall_ms),
-                spread.changes().select("key_hash", "key") if f.deleted + f.expired else None),
-            "merge": lambda: _merge_into(spark, path, spread.changes(), wall_ms),
-            "empty": lambda: _empty_commit(spark, path, final_meta),
+                spread.changes().select("key_hash", "key") if removes else None),
+            "merge": lambda: merge_into(spark, path, spread.changes(), wall_ms),
+            "empty": lambda: empty_commit(spark, path, meta),
         }
-        commit_write(spark, path, result, final_meta, txn, writes[result.write])
-    return result, final_meta
-
-
-def _write_kind(spark, f: Figures) -> str:
-    """``write._write_kind`` from the figures: no naming of keys (a batch large enough to
-    take this path touches most files anyway)."""
-    removes = bool(f.deleted + f.expired)
-    if not f.upserted and not removes:
-        return "empty"
-    if not f.stored:
-        return "append"
-    return "replace" if f.upserted and replace_supported(spark, removes) else "merge"
+        commit_write(spark, path, result, meta, txn, writes[result.write])

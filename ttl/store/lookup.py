@@ -113,8 +113,10 @@ class Lookup:
             return stored_arrow_schema().empty_table()
         self.statistics = None
         with_vectors = deletion_vector_files(path, version, spark)
-        many = with_vectors >= DELTA_RS_MAX_DV_FILES
-        if many:
+        # Unknown (a remote table's checksum not read): as if many, so delta-rs reads only
+        # when its file skipping leaves few files (``must_prune``).
+        many = with_vectors is None or with_vectors >= DELTA_RS_MAX_DV_FILES
+        if many and with_vectors is not None:
             self._warn_deletion_vectors(path, with_vectors)
         if self.uses_delta_rs(path) and not (many and len(keys) > PRUNE_KEYS):
             seen: list[pa.Table] = []
@@ -250,10 +252,14 @@ def checksum(path: str, version: int, spark=None) -> dict:
         return {}
 
 
-def deletion_vector_files(path: str, version: int, spark=None) -> int:
-    """How many files of ``version`` carry deletion vectors (0 when its checksum does not
-    say: Delta writes one with every commit unless told not to)."""
-    return int(checksum(path, version, spark).get("numDeletionVectorsOpt") or 0)
+def deletion_vector_files(path: str, version: int, spark=None) -> int | None:
+    """How many files of ``version`` carry deletion vectors: 0 when a local table's
+    checksum does not say (Delta writes one with every commit unless told not to),
+    ``None`` when a remote table's could not be read."""
+    found = checksum(path, version, spark)
+    if not found and local_path(path) is None:
+        return None
+    return int(found.get("numDeletionVectorsOpt") or 0)
 
 
 def with_delta_rs(path: str, keys: pa.Array, version: int,

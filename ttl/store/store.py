@@ -233,11 +233,12 @@ class DeltaStore:
         ``fold.input_arrow_schema()``'s columns) in one store commit
         (``ttl.store.distributed``): ``metadata`` gives the commit's metadata from the
         batch's figures (its input offsets), and may refuse the batch by raising."""
+        done: set[str] = set()  # as in ``apply_batch``
         return self._apply(
             lambda wall, t0, meta: write_frame(
                 self.spark, self.path, self.dead_letter_path, records, sem=self.sem,
                 wall_ms=wall, t0=t0, metadata=lambda figures: {**meta, **metadata(figures)},
-                txn=txn, phases=phases, keep_changes=keep_changes,
+                txn=txn, phases=phases, keep_changes=keep_changes, done=done,
                 fence=self.check_writable),
             wall_ms, {}, phases)
 

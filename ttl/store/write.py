@@ -59,7 +59,9 @@ from ttl.store.fold import batch_keys, fold_table
 from ttl.store.layout import ensure_expired_keys_table, key_hashes, set_properties
 from ttl.store.lookup import PRUNE_KEYS, Lookup
 
-__all__ = ["WriteResult", "write_batch"]
+__all__ = ["WriteResult", "append_dead_letters", "append_expired_keys", "append_rows",
+           "at_stable_version", "commit_write", "empty_commit", "final_metadata",
+           "merge_into", "replace_rows", "write_batch", "write_kind"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -176,11 +178,11 @@ def _merge(spark, path: str, changes, wall_ms: int, named: bool = False) -> None
     # keys, 100k updates: rewrite 5.4 s against 3.9-4.6 s), the Arrow rows being decoded
     # again for each pass over the source.
     hashed = _hashed(changes)
-    _merge_into(spark, path, frame(spark, hashed), wall_ms,
+    merge_into(spark, path, frame(spark, hashed), wall_ms,
                 target=hash_predicate(hashed, "t.key_hash") if named else None)
 
 
-def _merge_into(spark, path: str, changes, wall_ms: int, target: str | None = None) -> None:
+def merge_into(spark, path: str, changes, wall_ms: int, target: str | None = None) -> None:
     """MERGE ``changes``; ``target``: a condition on the target's own columns, literals
     only, that Delta skips files by (a MERGE prunes by no other part of its ON clause)."""
     from delta.tables import DeltaTable
@@ -373,7 +375,7 @@ def replace_supported(spark, removes: bool = False) -> bool:
 _REPLACE_SUPPORTED: bool | None = None  # per process: one JVM, one Delta
 
 
-def _empty_commit(spark, path: str, meta: dict) -> None:
+def empty_commit(spark, path: str, meta: dict) -> None:
     """A commit with no data change, so an all-no-op batch still persists its stream time and
     input offsets (Delta makes no commit for an empty append): a table-property change that
     carries the batch's metadata. It leaves the stream-time floor alone: the floor is kept
@@ -397,18 +399,30 @@ LOGGED_METRICS = ("numOutputRows", "numFiles", "numOutputBytes",
 REPLACE_METRICS = ("numDeletedRows", "numAddedChangeFiles")
 
 
-def _write_kind(spark, changes, stored, share: float | None = None) -> str:
-    """The write that applies ``changes`` (module docstring, step 4) onto the table at the
-    lookup's version (``at_stable_version``); ``share``: of its bytes, the share in files
-    that may hold a changed key (``lookup.read_share``; ``None``: unknown)."""
-    if not changes.num_rows:
+def write_kind(spark, *, changes: bool, stored: bool, upserts: bool, removes: bool,
+               names_keys: bool = False) -> str:
+    """The write that applies a batch's changes (module docstring, step 4) onto the table
+    at the lookup's version (``at_stable_version``): ``changes``, whether it changes a
+    row; ``stored``, whether the lookup found a stored row of its keys; ``upserts`` and
+    ``removes``, what its changes do; ``names_keys``, whether its write names its keys
+    (``_prunes``)."""
+    if not changes:
         return "empty"
-    if not stored.num_rows:
+    if not stored:
         return "append"
-    upserts = _upserts(changes)
-    if upserts and _prunes(spark, changes, share):
+    if upserts and names_keys:
         return "replace_where"
-    return "replace" if upserts and replace_supported(spark, _removes(changes)) else "merge"
+    return "replace" if upserts and replace_supported(spark, removes) else "merge"
+
+
+def _write_kind(spark, changes, stored, share: float | None = None) -> str:
+    """``write_kind`` of the driver's fold; ``share``: of the table's bytes at the lookup's
+    version, the share in files that may hold a changed key (``lookup.read_share``;
+    ``None``: unknown)."""
+    upserts = bool(changes.num_rows) and _upserts(changes)
+    return write_kind(spark, changes=bool(changes.num_rows), stored=bool(stored.num_rows),
+                      upserts=upserts, removes=bool(changes.num_rows) and _removes(changes),
+                      names_keys=upserts and _prunes(spark, changes, share))
 
 
 def at_stable_version(spark, path: str, attempt: Callable[[int], T],
@@ -526,7 +540,7 @@ def write_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
             "replace_where": lambda: _replace_where(spark, path, changes, wall_ms),
             "merge": lambda: _merge(spark, path, changes, wall_ms,
                                     named=_prunes(spark, changes, share)),
-            "empty": lambda: _empty_commit(spark, path, final_meta),
+            "empty": lambda: empty_commit(spark, path, final_meta),
         }
         commit_write(spark, path, result, final_meta, txn, writes[result.write])
     if keep_changes and result.applied and result.version == version_before + 1:
