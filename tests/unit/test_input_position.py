@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ttl import input_position
 from ttl.input_position import describe, gaps_ahead
 
 
@@ -74,3 +75,13 @@ def test_a_new_checkpoint_starts_after_the_recorded_position_or_at_the_earliest(
     from ttl.input_position import starting
 
     assert starting({"0": 7}, [0, 1]) == {"0": 7, "1": -2}
+
+
+def test_what_waits_past_the_position_counts_each_partition_from_where_it_resumes():
+    """``stream.batch_path = "auto"`` sizes the next batch by it: a partition resumes at the
+    table's position, one never read at its first offset, and one whose records before
+    the position were deleted by retention from its first offset."""
+    marks = {0: (0, 100), 1: (50, 80), 2: (10, 30)}
+    assert input_position.waiting({"0": 90, "2": 5}, marks) == 10 + 30 + 20
+    assert input_position.waiting({"0": 100, "1": 80, "2": 30}, marks) == 0
+    assert input_position.waiting({}, {}) == 0
