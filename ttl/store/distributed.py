@@ -2,8 +2,8 @@
 
 The driver path (``ttl.store.write``) takes a micro-batch as one Arrow table in the driver:
 the right trade in local mode, where driver and executors share the machine, and the
-ceiling on a cluster, where the driver would carry every record. Here the records never
-reach the driver:
+ceiling on a cluster, where the driver would carry every record. Here the batch's records
+stay on the executors:
 
 1. the input DataFrame (Spark's Kafka rows) gets its keys' ``key_hash`` on the executors,
    and is persisted there (Kafka is read once);
@@ -18,8 +18,8 @@ reach the driver:
    input offsets it saw);
 4. that result is persisted (computed once, kept in the executors' block managers): the
    dead letters, the expired-keys list and the commit read it there;
-5. the driver gets the figures only, and makes the commit: Delta's replace (or an append,
-   a MERGE, an empty commit, as on the driver path) of a DataFrame the executors hold.
+5. the driver sums the figures and makes the commit: Delta's replace (or an append, a
+   MERGE, an empty commit, as on the driver path) of a DataFrame the executors hold.
 
 What reaches the driver: one row of figures per partition, the expired-on-arrival keys
 when there are at most ``write.EXPIRED_KEYS_INLINE`` of them (they go in the commit's
@@ -68,6 +68,7 @@ from ttl.store.write import (
 __all__ = ["write_frame"]
 
 log = logging.getLogger(__name__)
+
 
 @dataclass
 class Figures:
