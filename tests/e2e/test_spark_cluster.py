@@ -39,13 +39,15 @@ def submit(conf_path, job: str, *args: str, cwd) -> subprocess.CompletedProcess:
 
 def python_without_ttl(where: Path) -> Path:
     """This virtual environment's Python with ``ttl`` hidden (its editable install's
-    finder removed at start-up): an executor's Python, which has Spark's dependencies but
-    not the package."""
+    finder, and any path entry of a checkout, removed at start-up): an executor's Python,
+    which has Spark's dependencies but not the package (a shipped zip still imports)."""
     hide = where / "hide-ttl"
     hide.mkdir()
-    (hide / "sitecustomize.py").write_text(
-        "import sys\n"
-        "sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f)]\n")
+    (hide / "sitecustomize.py").write_text(  # and any directory holding a ttl package
+        "import os, sys\n"
+        "sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f)]\n"
+        "sys.path[:] = [p for p in sys.path if p.endswith('.zip') or not os.path.isfile("
+        "os.path.join(p or '.', 'ttl', '__init__.py'))]\n")
     wrapper = where / "python-without-ttl"
     wrapper.write_text(f'#!/bin/sh\nPYTHONPATH="{hide}${{PYTHONPATH:+:$PYTHONPATH}}" '
                        f'exec {sys.executable} "$@"\n')
