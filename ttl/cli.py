@@ -524,7 +524,7 @@ def upgrade_cmd(conf_path: Path, rollback: bool) -> None:
 def submit_cmd(conf_path: Path, print_only: bool, packages_flag: bool, deploy_mode: str,
                job: Path, job_args: tuple[str, ...]) -> None:
     """Run a job (jobs/stream.py, evict.py, drill.py, restore.py) with spark-submit, from the
-    profile: master, settings, jars, the ttl wheel; arguments after -- go to the job."""
+    profile: master, settings, jars, the ttl package (a zip); arguments after -- go to the job."""
     from ttl.submit import submit
 
     sys.exit(submit(conf_path, job, list(job_args), print_only=print_only,

@@ -1,7 +1,7 @@
 """The jobs on a real Spark standalone cluster (a master and two one-core workers, separate
 JVMs and Python workers), submitted through ``deploy/submit`` as an operator would: the
 stream folds its batches on the executors, whose Python has no ``ttl`` of its own (only
-the wheel the submit ships)."""
+the package the submit ships)."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ import pytest
 
 from tests.e2e.test_stream_job import crafted, produce, table_rows, write_conf
 from ttl.config import REPO_ROOT, load
+from ttl.spark import package_zip
 
 pytestmark = pytest.mark.e2e
 
@@ -27,8 +28,8 @@ def test_stream_job_runs_through_spark_submit(spark, kafka, tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "records=11" in proc.stdout
     assert set(table_rows(spark, load(conf_path).store.path)) == {b"a", b"b", b"c"}
-    (wheel,) = (REPO_ROOT / "build" / "dist").glob("ttl-*.whl")  # the wheel was shipped
-    shipped = zipfile.ZipFile(wheel).namelist()
+    # What was shipped: the package the driver runs, never a build directory's leftovers.
+    shipped = zipfile.ZipFile(package_zip()).namelist()
     assert "ttl/commands.py" in shipped and "ttl/moved_away.py" not in shipped
 
 
