@@ -30,7 +30,7 @@ from ttl.timestamps import NO_TIMESTAMP
 
 pytestmark = pytest.mark.integration
 
-EXAMPLES = 300 if os.environ.get("TTL_LONG") else 40
+EXAMPLES = 300 if os.environ.get("TTL_LONG") else 28
 STORED_EXAMPLES = 100 if os.environ.get("TTL_LONG") else 12
 EXECUTOR_EXAMPLES = 60 if os.environ.get("TTL_LONG") else 10
 LOOKUPS = ("delta-rs", "spark-in", "spark-join")
