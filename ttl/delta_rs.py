@@ -33,8 +33,9 @@ _SAME_VALUE = {
 #: Every S3A setting ``storage_options`` reads.
 S3A_KEYS = ("fs.s3a.endpoint", "fs.s3a.connection.ssl.enabled", *_SAME_VALUE)
 #: The region an AWS S3 endpoint names (``s3.eu-west-1.amazonaws.com``, ``s3-eu-west-1...``,
-#: ``s3.dualstack.eu-west-1...``).
-_AWS_REGION = re.compile(r"^s3[.-](?:dualstack\.)?([a-z]{2}(?:-[a-z]+)+-\d)\.amazonaws\.com")
+#: ``s3.dualstack.eu-west-1...``, ``s3-fips.us-east-1...``).
+_AWS_REGION = re.compile(
+    r"^s3(?:-fips)?[.-](?:dualstack\.|fips\.)?([a-z]{2}(?:-[a-z]+)+-\d)\.amazonaws\.com")
 
 
 def storage_options(hadoop: Mapping[str, str]) -> dict[str, str]:

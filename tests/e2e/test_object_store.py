@@ -94,7 +94,8 @@ def test_a_stream_runs_on_the_object_store_as_the_documented_profile_says(
     assert run.returncode == 0, run.stderr[-4000:]
     batches = [json.loads(line[line.index("{"):]) for line in run.stderr.splitlines()
                if '"lookups"' in line]
-    assert batches and all(b["lookups"] == {"delta-rs": 1} for b in batches), batches  # S3
+    assert batches and all(b["lookups"].get("delta-rs") and "spark" not in b["lookups"]
+                           for b in batches if b["records_in"]), batches  # read on S3
     got = ttl("get", "k1", "--conf", str(profile), "-o", "json", timeout=120, env=env)
     assert got.returncode == 0 and json.loads(got.stdout)["value"] == "w1", got.stderr[-2000:]
     got = ttl("get", "k3", "--conf", str(profile), "-o", "json", timeout=120, env=env)

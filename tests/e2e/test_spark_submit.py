@@ -10,7 +10,6 @@ import pytest
 
 from tests.e2e.test_stream_job import crafted, produce, table_rows, write_conf
 from ttl.config import REPO_ROOT, load
-from ttl.spark import package_zip
 
 pytestmark = pytest.mark.e2e
 
@@ -28,8 +27,14 @@ def test_stream_job_runs_through_spark_submit(spark, kafka, tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "records=11" in proc.stdout
     assert set(table_rows(spark, load(conf_path).store.path)) == {b"a", b"b", b"c"}
-    # What was shipped: the package the driver runs, never a build directory's leftovers.
-    shipped = zipfile.ZipFile(package_zip()).namelist()
+    # What the command ships (--py-files): the package the driver runs, never a build
+    # directory's leftovers.
+    printed = subprocess.run(
+        [str(REPO_ROOT / "deploy" / "submit"), "--print", "--conf", str(conf_path),
+         str(REPO_ROOT / "jobs" / "stream.py")], capture_output=True, text=True, check=True,
+        timeout=120).stdout.split()
+    shipped = zipfile.ZipFile(printed[printed.index("--py-files") + 1]).namelist()
+    stale.unlink()
     assert "ttl/commands.py" in shipped and "ttl/moved_away.py" not in shipped
 
 

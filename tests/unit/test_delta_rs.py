@@ -28,6 +28,11 @@ def test_a_bare_host_takes_its_scheme_from_the_tls_setting_and_keys_pass_through
     assert delta_rs.storage_options({"fs.s3a.endpoint": "s3.eu-west-1.amazonaws.com",
                                      "fs.s3a.endpoint.region": "eu-west-2"})[
         "AWS_REGION"] == "eu-west-2"
+    for host, region in (("s3-fips.us-east-1.amazonaws.com", "us-east-1"),
+                         ("s3.dualstack.ap-south-1.amazonaws.com", "ap-south-1"),
+                         ("s3.cn-north-1.amazonaws.com.cn", "cn-north-1"),
+                         ("s3.amazonaws.com", None), ("minio.internal:9000", None)):
+        assert delta_rs.storage_options({"fs.s3a.endpoint": host}).get("AWS_REGION") == region
     assert delta_rs.storage_options({}) == {}  # AWS itself: delta-rs's defaults, the env
 
 

@@ -6,7 +6,7 @@ ceiling on a cluster, where the driver would carry every record. Here the batch'
 stay on the executors:
 
 1. the input DataFrame (Spark's Kafka rows) gets its keys' ``key_hash`` on the executors,
-   and is persisted there (Kafka is read once);
+   and is persisted there while the batch lasts (``held_inputs``: Kafka is read once);
 2. the stored rows of the batch's keys are a join of the table's narrow columns, at the
    version the write starts from, with the batch's distinct keys;
 3. input and stored rows, tagged, are hash-partitioned by ``key_hash`` (a key's records and
@@ -34,7 +34,8 @@ import functools
 import json
 import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ttl.model import Counts, Semantics
@@ -65,7 +66,7 @@ from ttl.store.write import (
     write_kind,
 )
 
-__all__ = ["write_frame"]
+__all__ = ["held_inputs", "write_frame"]
 
 log = logging.getLogger(__name__)
 
@@ -197,29 +198,48 @@ def in_session(frame, spark):
 KEPT_CHANGES_MAX = 200_000
 
 
-def write_frame(spark, path: str, dead_letter_path: str, records, *, sem: Semantics,
+def _unpersist(frame) -> None:
+    """Release a persisted DataFrame's blocks; a failure only warns (the batch's outcome,
+    committed or failed, is what the caller must see)."""
+    try:
+        frame.unpersist()
+    except Exception:  # noqa: BLE001 - only cached blocks: Spark drops them in time anyway
+        log.warning("could not release a batch's cached rows", exc_info=True)
+
+
+@contextmanager
+def held_inputs(spark, records) -> Iterator:
+    """The batch's input as the fold's rows (``tagged_inputs``, in ``spark``'s session),
+    persisted on the executors while the caller's block runs: Kafka is read once, for the
+    keys' semi-join and the fold alike, and for every run again of the batch (after a
+    commit landed during its fold, or a Delta conflict at its commit)."""
+    from pyspark import StorageLevel
+
+    inputs = tagged_inputs(in_session(records, spark)).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        yield inputs
+    finally:
+        _unpersist(inputs)
+
+
+def write_frame(spark, path: str, dead_letter_path: str, inputs, *, sem: Semantics,
                 wall_ms: int, t0: int, metadata: Callable[[Figures], dict],
                 txn: tuple[str, int] | None = None, phases: BatchPhases | None = None,
                 keep_changes: bool = False, done: set[str] | None = None,
                 fence: Callable[[], None] | None = None) -> tuple[WriteResult, dict]:
-    """``write.write_batch`` for a batch that stays on the executors: ``records`` is the
-    input DataFrame; ``metadata`` gives the commit's metadata (the stream time before the
-    batch under ``stream_time``) from the batch's figures (its input offsets), and may
-    raise to refuse the batch before anything is written. ``keep_changes``: as there, up
+    """``write.write_batch`` for a batch that stays on the executors: ``inputs`` are its
+    records as the fold's rows (``held_inputs``); ``metadata`` gives the commit's metadata
+    (the stream time before the batch under ``stream_time``) from the batch's figures (its
+    input offsets), and may raise to refuse the batch before anything is written. ``keep_changes``: as there, up
     to ``KEPT_CHANGES_MAX`` changed keys. ``done``, ``fence``: as there; the fence is also
     checked right before the commit (the fold can take many seconds)."""
-    from pyspark import StorageLevel
-
     phases = phases or BatchPhases()
     done = set() if done is None else done
-    # Read from Kafka once: the keys' semi-join and the fold both take these rows, and a
-    # run again after a conflict reads them from here too.
-    inputs = tagged_inputs(in_session(records, spark)).persist(StorageLevel.MEMORY_AND_DISK)
     spreads: list[Spread] = []
 
     def attempt(version: int) -> tuple[Spread, WriteResult, dict]:
         for old in spreads:  # an earlier attempt's, at an older version
-            old.out.unpersist()
+            _unpersist(old.out)
         spreads.clear()
         with phases.phase("fold"):
             spread = fold_frame(spark, path, inputs, version, wall_ms=wall_ms, t0=t0, sem=sem)
@@ -248,8 +268,7 @@ def write_frame(spark, path: str, dead_letter_path: str, records, *, sem: Semant
         return result, meta
     finally:
         for spread in spreads:
-            spread.out.unpersist()
-        inputs.unpersist()
+            _unpersist(spread.out)
 
 
 def _prepare(spark, path: str, dead_letter_path: str, spread: Spread, version: int, *,

@@ -40,7 +40,7 @@ from ttl.names import (
 from ttl.phases import BatchPhases
 from ttl.record import Entry, Headers, InputRecord, ValueTimestampHeaders
 from ttl.store import layout
-from ttl.store.distributed import Figures, write_frame
+from ttl.store.distributed import Figures, held_inputs, write_frame
 from ttl.store.fold import records_table
 from ttl.store.lookup import Lookup
 from ttl.store.write import WriteResult, write_batch
@@ -234,13 +234,15 @@ class DeltaStore:
         (``ttl.store.distributed``): ``metadata`` gives the commit's metadata from the
         batch's figures (its input offsets), and may refuse the batch by raising."""
         done: set[str] = set()  # as in ``apply_batch``
-        return self._apply(
-            lambda wall, t0, meta: write_frame(
-                self.spark, self.path, self.dead_letter_path, records, sem=self.sem,
-                wall_ms=wall, t0=t0, metadata=lambda figures: {**meta, **metadata(figures)},
-                txn=txn, phases=phases, keep_changes=keep_changes, done=done,
-                fence=self.check_writable),
-            wall_ms, {}, phases)
+        with held_inputs(self.spark, records) as inputs:  # for every run again, too
+            return self._apply(
+                lambda wall, t0, meta: write_frame(
+                    self.spark, self.path, self.dead_letter_path, inputs, sem=self.sem,
+                    wall_ms=wall, t0=t0,
+                    metadata=lambda figures: {**meta, **metadata(figures)},
+                    txn=txn, phases=phases, keep_changes=keep_changes, done=done,
+                    fence=self.check_writable),
+                wall_ms, {}, phases)
 
     def _apply(self, write: Callable[[int, int, dict], tuple[WriteResult, dict]],
                wall_ms: int | None, metadata: dict | None, phases) -> WriteResult:
