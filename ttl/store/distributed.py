@@ -230,9 +230,10 @@ def write_frame(spark, path: str, dead_letter_path: str, inputs, *, sem: Semanti
     """``write.write_batch`` for a batch that stays on the executors: ``inputs`` are its
     records as the fold's rows (``held_inputs``); ``metadata`` gives the commit's metadata
     (the stream time before the batch under ``stream_time``) from the batch's figures (its
-    input offsets), and may raise to refuse the batch before anything is written. ``keep_changes``: as there, up
-    to ``KEPT_CHANGES_MAX`` changed keys. ``done``, ``fence``: as there; the fence is also
-    checked right before the commit (the fold can take many seconds)."""
+    input offsets), and may raise to refuse the batch before anything is written.
+    ``keep_changes``: as there, up to ``KEPT_CHANGES_MAX`` changed keys. ``done``,
+    ``fence``: as there; the fence is also checked right before the commit (the fold can
+    take many seconds)."""
     phases = phases or BatchPhases()
     done = set() if done is None else done
     spreads: list[Spread] = []
