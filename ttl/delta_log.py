@@ -66,6 +66,18 @@ def _meta(key: str):
     return F.get_json_object("userMetadata", f"$.{key}")
 
 
+def read_text(spark, path: str) -> str:
+    """A small file's text, read through ``spark``'s Hadoop file system (``s3a://``,
+    ``file:``, ``hdfs://`` alike: a checkpoint's offsets, a version's checksum)."""
+    jvm = spark.sparkContext._jvm
+    where = jvm.org.apache.hadoop.fs.Path(path)
+    stream = where.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).open(where)
+    try:
+        return jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+    finally:
+        stream.close()
+
+
 def is_delta_table(spark, path: str) -> bool:
     from delta.tables import DeltaTable
 

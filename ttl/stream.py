@@ -396,11 +396,7 @@ class StreamJob:
                if f.getPath().getName().isdigit()]
         if not ids:
             return None
-        stream = fs.open(jvm.org.apache.hadoop.fs.Path(root, f"offsets/{max(ids)}"))
-        try:
-            text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
-        finally:
-            stream.close()
+        text = delta_log.read_text(self.spark, f"{root.toString()}/offsets/{max(ids)}")
         for line in text.splitlines()[2:]:  # version, metadata, then one line per source
             offsets = json.loads(line).get(self.conf.kafka.input_topic)
             if offsets is not None:

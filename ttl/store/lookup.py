@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ttl import delta_log
 from ttl.names import S3_SCHEMES
 from ttl.store.fold import STORED_COLUMNS, stored_arrow_schema
 from ttl.store.layout import key_hashes
@@ -241,13 +242,7 @@ def checksum(path: str, version: int, spark=None) -> dict:
                 return json.load(file)
         if spark is None:
             return {}
-        jvm = spark.sparkContext._jvm
-        crc = jvm.org.apache.hadoop.fs.Path(f"{path.rstrip('/')}/{name}")
-        stream = crc.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).open(crc)
-        try:
-            return json.loads(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
-        finally:
-            stream.close()
+        return json.loads(delta_log.read_text(spark, f"{path.rstrip('/')}/{name}"))
     except Exception:  # noqa: BLE001 - no checksum (not written, gone, unreadable): unknown
         return {}
 
