@@ -107,10 +107,10 @@ class App:
             raise StoreMissing(f"{where}, and the changelog's progress could not be read "
                                f"({unreadable}), so whether the store had a table (and lost "
                                "it) is unknown; nothing was created")
-        if progress is not None and progress.version >= 0:
+        if progress is not None and progress.highest >= 0:
             raise StoreMissing(
                 f"{where}, but its changelog {self.conf.kafka.changelog_topic} holds versions "
-                f"up to {progress.version}: the table was lost or moved, and a new empty one "
+                f"up to {progress.highest}: the table was lost or moved, and a new empty one "
                 "would stand for it; nothing was created. Operator action: rebuild it with "
                 "`ttl restore --conf PROFILE` (or fix store.path)")
 

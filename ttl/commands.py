@@ -356,7 +356,7 @@ def _publish_before_restore(app: App) -> None:
     # A table that does not continue the changelog (created again at the path, replaced)
     # may hold writes nobody published: the restore would overwrite them unseen.
     why = continuity.refusal(table, continuity.PublishedSoFar(
-        app.conf.kafka.changelog_topic, published.version, published.table_id))
+        app.conf.kafka.changelog_topic, published.highest, published.table_id))
     if why is not None:
         raise RestoreError(f"refusing to restore over {path}: {why}")
     if published.version >= latest:

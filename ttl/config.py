@@ -213,6 +213,11 @@ class ChangelogConfig(_Section):
     min_cleanable_dirty_ratio: float = Field(default=0.5, gt=0, le=1)
     transaction_timeout: DurationMs = 300_000
     max_records_per_transaction: int = Field(default=200_000, gt=0)
+    #: Where records are published from (docs/scaling.md): ``driver``, one transactional
+    #: producer in the driver; ``executors``, every version by one producer per changelog
+    #: partition on the executors (which then need confluent-kafka); ``auto``, a batch
+    #: folded on the executors from there, everything else from the driver.
+    publish_from: Literal["auto", "driver", "executors"] = "auto"
 
 class EvictionConfig(_Section):
     """``clock`` picks what expires entries; wall sweeps run every ``interval`` (or on

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from ttl.config import KafkaConfig
 from ttl.errors import ConfigError, KafkaAccessDenied, KafkaUnreachable
+from ttl.watermarks import watermark_offsets
 
 JAAS_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
                 "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
@@ -220,23 +221,3 @@ class KafkaClients:
                         f"{source}: {refused[-1]}") from None
         raise KafkaUnreachable(f"Kafka at {self.bootstrap} (kafka.bootstrap_servers in "
                                f"{source}) did not answer within {timeout:.0f} s")
-
-
-def watermark_offsets(consumer, topic: str, partition: int, deadline: float) -> tuple[int, int]:
-    """A partition's (low, high) watermarks. A topic created a moment ago has no leader yet,
-    which the broker answers with a retriable error: ask again until ``deadline``
-    (``time.monotonic``), then raise it."""
-    from confluent_kafka import KafkaError, KafkaException, TopicPartition
-
-    while True:
-        try:
-            return consumer.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=max(1.0, deadline - time.monotonic()))
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            retriable = isinstance(err, KafkaError) and (err.retriable() or err.code() in (
-                KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
-                KafkaError.UNKNOWN_TOPIC_OR_PART))
-            if not retriable or time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)

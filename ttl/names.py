@@ -96,6 +96,13 @@ def publisher_transactional_id(store: str) -> str:
     return f"ttl-{store}-changelog"
 
 
+def partition_transactional_id(store: str, partition: int) -> str:
+    """Fixed per store and changelog partition: publication from the executors has one
+    producer per partition, and a task run again (or a zombie's) fences the one before
+    (docs/scaling.md)."""
+    return f"{publisher_transactional_id(store)}-p{partition}"
+
+
 def batch_txn_app_id(store: str, query_id: str) -> str:
     """Delta's idempotent-write app id of a stream's batches (the batch id is the version)."""
     return f"ttl:{store}:batch:{query_id}"

@@ -17,6 +17,15 @@ from ttl.changelog.publisher import Publisher, PublishResult
 from ttl.phases import BatchPhases
 
 
+def release(written) -> None:
+    """Let go of a batch's change rows held on the executors for its publication, if any
+    (published, or not to be: the run is ending)."""
+    changes = getattr(written, "changes", None)
+    if changes is not None and hasattr(changes, "release"):
+        changes.release()
+        written.changes = None
+
+
 class Publication:
     """``publisher``'s use by a stream. ``on_published`` sees every result (counts,
     metrics); ``on_failure`` is told of a background publication's error (the stream
@@ -34,10 +43,13 @@ class Publication:
         """Publish every unpublished version (up to ``until``): a batch's own version from
         the changes it wrote when they are known (no change-feed read), in commit order
         either way. The caller makes sure no other publication runs (``wait``)."""
-        if written is not None and written.changes is not None:
-            result = self.publisher.publish_known(written.version, written.changes, until)
-        else:
-            result = self.publisher.publish(until)
+        try:
+            if written is not None and written.changes is not None:
+                result = self.publisher.publish_known(written.version, written.changes, until)
+            else:
+                result = self.publisher.publish(until)
+        finally:
+            release(written)
         self._on_published(result)
         return result
 

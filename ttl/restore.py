@@ -229,7 +229,7 @@ def restore(spark, conf: Config, kafka: KafkaClients, target: str, *,
                 # The highest version the changelog is known to hold: the restored table's
                 # versions continue after it there (its version offset).
                 own_records = stats.v_all if name == conf.kafka.changelog_topic else None
-                result.changelog_floor = max((v for v in (own_records, own and own.version)
+                result.changelog_floor = max((v for v in (own_records, own and own.highest)
                                               if v is not None), default=None)
                 result.move(State.WRITING)
                 try:

@@ -204,7 +204,7 @@ def status(conf: Config, kafka=None, *, wall_ms: int | None = None) -> dict[str,
     why = continuity.refusal(
         continuity.table_at_path(conf.store.path, view.table.metadata().id, view.version,
                                  view.properties),
-        continuity.PublishedSoFar(conf.kafka.changelog_topic, progress.version,
+        continuity.PublishedSoFar(conf.kafka.changelog_topic, progress.highest,
                                   progress.table_id))
     if why is not None:
         out["changelog lag (versions)"] = f"unknown: {why}"

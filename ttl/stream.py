@@ -34,7 +34,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ttl import commit, delta_log, eviction, input_position, schedule
+from ttl import commit, delta_log, eviction, input_position, publication, schedule
 from ttl.bars import bar, move_to
 from ttl.config import Config
 from ttl.errors import (
@@ -57,7 +57,6 @@ from ttl.names import (
     query_name,
 )
 from ttl.phases import BatchPhases
-from ttl.publication import Publication
 from ttl.store.layout import set_properties
 
 log = logging.getLogger(__name__)
@@ -125,7 +124,7 @@ class StreamJob:
         self.lease = lease
         self.sweeper = store.for_thread()  # wall sweeps: own session, same stream time
         self.metrics = Metrics(conf.store.name, conf, kafka)
-        self.publication = Publication(publisher, on_published=self._published,
+        self.publication = publication.Publication(publisher, on_published=self._published,
                                        on_failure=self._publication_failed)
         self.jobs = schedule.StoreJobs(self.sweeper, conf, lock=self.lock,
                                        publish=self.publication.after_current,
@@ -451,13 +450,17 @@ class StreamJob:
                                 input_position.next_offsets(table))
             with phases.phase("lock_wait"):  # a wall sweep may hold the lock
                 self.lock.acquire()
+            result, handed = None, False
             try:
                 if table is not None:
                     result = self.store.apply_batch(table, metadata=meta, txn=txn,
                                                     phases=phases, keep_changes=True)
                 else:  # checked, on the executors' figures, before anything is written
+                    # Under publish_from auto or executors, the change rows stay on the
+                    # executors and are published from there.
+                    keep = "held" if self.conf.changelog.publish_from != "driver" else True
                     result = self.store.apply_frame(
-                        records, txn=txn, phases=phases, keep_changes=True,
+                        records, txn=txn, phases=phases, keep_changes=keep,
                         metadata=lambda f: metadata(f.first_offsets, f.next_offsets))
                 with phases.phase("sweep"):
                     evicted = self._stream_sweep()
@@ -478,8 +481,11 @@ class StreamJob:
                 self.publication.behind(result, upto, phases, lambda published: self._batch_done(
                     batch_id, result, evicted, published, phases, jobs, own, offsets,
                     stream_time, how))
+                handed = True  # the publication owns the batch's change rows now
             finally:
                 self.lock.release()
+                if not handed:  # the run ends here
+                    publication.release(result)
             self.position = offsets
             self.last_batch = (str(query_id), batch_id)
         except TtlError as exc:  # the run ends with it (one line), not Spark's wrapping

@@ -95,8 +95,9 @@ def rebuilt_with_ts(messages) -> dict[bytes, tuple[bytes, tuple, bytes]]:
     return out
 
 
+@pytest.mark.parametrize("publish_from", ["driver", "executors"])
 def test_round_trip_puts_deletes_expiries_with_headers_and_negative_timestamps(
-        spark, kafka, kconf, table_path):
+        spark, kafka, kconf, table_path, publish_from):
     store = make_store(spark, table_path)
     hdrs = (("h", b"1"), ("n", None), ("h", b"2"))
     store.apply_records([
@@ -109,7 +110,7 @@ def test_round_trip_puts_deletes_expiries_with_headers_and_negative_timestamps(
         InputRecord(b"b", None, NOW, (), 0, 3),                        # delete
         InputRecord(b"c", b"c2", NOW - TTL, (("ttl.ttl", b"5"),), 0, 4),  # expired on arrival
     ])
-    pub = publisher(spark, store, kconf, kafka)
+    pub = publisher(spark, store, kconf, kafka, publish_from=publish_from)
     result = pub.publish()
     assert (result.records, result.puts, result.tombstones) == (5, 3, 2)
     msgs = read_changelog(kafka, kconf, 5)
@@ -196,11 +197,15 @@ def test_a_second_publisher_fences_the_first(spark, kafka, kconf, table_path):
     assert len(read_changelog(kafka, kconf, 1)) == 1
 
 
-def test_partitions_match_the_java_client(spark, kafka, kconf, table_path, tmp_path):
+@pytest.mark.parametrize("publish_from", ["driver", "executors"])
+def test_partitions_match_the_java_client(spark, kafka, kconf, table_path, tmp_path,
+                                          publish_from):
+    """librdkafka's partitioner (the driver's producer) and ours (the executors' producers
+    are told the partition) both put each key where the Java client would."""
     store = make_store(spark, table_path)
     keys = [b"", b"a", b"\x00\xff", "ключ".encode(), *(f"key-{i}".encode() for i in range(40))]
     store.apply_records([InputRecord(k, b"v", NOW, (), 0, i) for i, k in enumerate(keys)])
-    publisher(spark, store, kconf, kafka).publish()
+    publisher(spark, store, kconf, kafka, publish_from=publish_from).publish()
     msgs = read_changelog(kafka, kconf, len(keys))
     java = _java_partitions(tmp_path, keys, 3)
     assert {m.key(): m.partition() for m in msgs} == java
@@ -345,14 +350,17 @@ BATCHES = {
 @pytest.mark.parametrize("batch_kind,deletion_vectors,folded_on",
                          [("merge", True, "driver"), ("replace_removing", True, "driver"),
                           ("replace_removing", False, "driver"), ("replace", True, "driver"),
-                          ("replace_removing", True, "executors")])
+                          ("replace_removing", True, "executors"),
+                          ("replace_removing", True, "held"), ("merge", True, "held")])
 def test_a_batch_published_from_its_own_changes_equals_its_change_feed(
         spark, kafka, table_path, batch_kind, deletion_vectors, folded_on):
     """``publish_known`` (no change-feed read) gives exactly the records the CDF path gives
-    for the same version: puts with user headers and per-record TTLs, deletes, expiries,
-    whichever write made the version (a replace on a table without deletion vectors
-    rewrites files and writes change files: delete + insert), and wherever the batch was
-    folded (the executors' change rows are collected after the commit)."""
+    for the same version, in the same partitions: puts with user headers and per-record
+    TTLs, deletes, expiries, whichever write made the version (a replace on a table without
+    deletion vectors rewrites files and writes change files: delete + insert), and wherever
+    the batch was folded (the executors' change rows are collected after the commit) or
+    published from ("held": the executors' change rows stay there and each changelog
+    partition's producer there publishes them)."""
     store = make_store(spark, table_path, deletion_vectors=deletion_vectors)
     store.apply_records(recs((b"gone", b"v", NOW), (b"old", b"v", NOW - TTL + 10),
                              (b"kept", b"v", NOW)))
@@ -361,9 +369,11 @@ def test_a_batch_published_from_its_own_changes_equals_its_change_feed(
         batch = store.apply_records(recs(*records), keep_changes=True)
     else:
         batch = store.apply_frame(spark.createDataFrame(records_table(list(recs(*records)))),
-                                  metadata=lambda _figures: {}, keep_changes=True)
+                                  metadata=lambda _figures: {},
+                                  keep_changes="held" if folded_on == "held" else True)
     assert batch.write == batch_kind.split("_")[0]
-    assert batch.changes is not None and batch.changes.num_rows == len(records)
+    held = getattr(batch.changes, "frame", None)
+    assert (batch.changes.num_rows if held is None else held.count()) == len(records)
     streams = {}
     for way in ("known", "feed"):
         conf = KafkaConfig(bootstrap_servers=kafka.bootstrap_servers, input_topic="i",
@@ -378,11 +388,13 @@ def test_a_batch_published_from_its_own_changes_equals_its_change_feed(
             pub.publish()
         msgs = consume_all(kafka.bootstrap_servers, conf.changelog_topic,
                            3 + len(records))
-        streams[way] = sorted((m.key(), m.value(), tuple(m.headers() or ()))
+        streams[way] = sorted((m.key(), m.value(), tuple(m.headers() or ()), m.partition())
                               for m in msgs
                               if engine(m)["ttl.version"] == str(batch.version).encode())
+    if held is not None:
+        batch.changes.release()
     assert streams["known"] == streams["feed"]
-    ops = sorted((k, dict(h)["ttl.op"]) for k, _, h in streams["known"])
+    ops = sorted((k, dict(h)["ttl.op"]) for k, _, h, _ in streams["known"])
     assert ops == expected_ops
 
 

@@ -11,53 +11,13 @@ from deltalake import DeltaTable, write_deltalake
 
 from tests.support import clients, consume_all
 from ttl import config, dead_letters
+from ttl.changelog.partitioning import partition_of
 from ttl.store.layout import headers_arrow_type
 
 pytestmark = pytest.mark.integration
 
 PARTITIONS = 6
 NOW = 1_700_000_000_000
-
-
-def java_murmur2(data: bytes) -> int:
-    """Kafka's ``Utils.murmur2`` (the Java client's default partitioner), as an unsigned
-    32-bit value."""
-    m, mask = 0x5BD1E995, 0xFFFFFFFF
-    h = (0x9747B28C ^ len(data)) & mask
-    whole = len(data) // 4 * 4
-    for i in range(0, whole, 4):
-        k = int.from_bytes(data[i:i + 4], "little")
-        k = (k * m) & mask
-        k ^= k >> 24
-        k = (k * m) & mask
-        h = ((h * m) & mask) ^ k
-    tail = data[whole:]
-    if len(tail) == 3:
-        h ^= tail[2] << 16
-    if len(tail) >= 2:
-        h ^= tail[1] << 8
-    if tail:
-        h ^= tail[0]
-        h = (h * m) & mask
-    h ^= h >> 13
-    h = (h * m) & mask
-    return h ^ (h >> 15)
-
-
-def java_partition(key: bytes, partitions: int) -> int:
-    """The partition the Java client's default partitioner gives a key."""
-    return (java_murmur2(key) & 0x7FFFFFFF) % partitions
-
-
-def test_the_reference_murmur2_is_kafkas():
-    """Kafka's own test vectors (``UtilsTest.testMurmur2``), as signed Java ints."""
-    vectors = {b"21": -973932308, b"foobar": -790332482,
-               b"a-little-bit-long-string": -985981536,
-               b"a-little-bit-longer-string": -1486304829,
-               b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
-               b"abc": 479470107}
-    for key, signed in vectors.items():
-        assert java_murmur2(key) == signed & 0xFFFFFFFF, key
 
 
 def test_a_replayed_dead_letter_lands_in_its_keys_murmur2_partition(kafka, topic_factory,
@@ -67,8 +27,8 @@ def test_a_replayed_dead_letter_lands_in_its_keys_murmur2_partition(kafka, topic
     client's murmur2, which every other producer uses) and could overwrite a newer value.
     The key is chosen so that the two partitioners disagree."""
     key = next(k for k in (f"key-{i}".encode() for i in range(1000))
-               if java_partition(k, PARTITIONS) != zlib.crc32(k) % PARTITIONS)
-    expected = java_partition(key, PARTITIONS)
+               if partition_of(k, PARTITIONS) != zlib.crc32(k) % PARTITIONS)
+    expected = partition_of(key, PARTITIONS)
     topic = topic_factory("replay-in", partitions=PARTITIONS)
     conf = config.from_dict({
         "store": {"name": "replay", "path": str(tmp_path / "store")},

@@ -22,6 +22,9 @@ Design, and why it keeps "replaying the changelog rebuilds the table":
   job), whose next commit fails.
 * **Partitioning**: librdkafka's ``murmur2_random`` partitioner, the Java client's murmur2
   for non-null keys, so a key lands where any Java producer would put it.
+* **From the executors** (``changelog.publish_from``): the same versions, each changelog
+  partition by its own transactional producer on the executors
+  (``ttl.changelog.partitioned``), then this producer's progress record.
 """
 
 from __future__ import annotations
@@ -30,12 +33,13 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 
 from confluent_kafka import KafkaError, KafkaException
 
 from ttl import delta_log
 from ttl.arrow import arrow_batches
-from ttl.changelog import continuity
+from ttl.changelog import continuity, partitioned
 from ttl.changelog import format as fmt
 from ttl.changelog.progress import PROGRESS_KEY, Progress, read_progress
 from ttl.changelog.reader import convert, end_offsets, latest_per_key, read_topic
@@ -44,6 +48,7 @@ from ttl.config import ChangelogConfig
 from ttl.errors import (
     ChangeFeedGone,
     ChangelogMismatch,
+    ConfigError,
     PublisherFenced,
     ReseedRequired,
 )
@@ -101,19 +106,10 @@ class Publisher:
         self.progress_topic = progress_topic(self.topic)
         self.conf = changelog
         self.clock = clock or WallClock()
+        self.settings = partitioned.producer_settings(changelog.transaction_timeout,
+                                                      max_record_bytes)
         self.producer = kafka.producer(**{
-            "transactional.id": publisher_transactional_id(store_name),
-            "partitioner": "murmur2_random",
-            "acks": "all",
-            "linger.ms": 20,
-            "compression.type": "lz4",
-            "queue.buffering.max.messages": 1_000_000,
-            "queue.buffering.max.kbytes": 1_048_576,
-            "transaction.timeout.ms": changelog.transaction_timeout,
-            # Every record the store accepts fits (store.max_record_bytes bounds it);
-            # librdkafka takes no less than 1000.
-            "message.max.bytes": max(1_000, max_record_bytes),
-        })
+            "transactional.id": publisher_transactional_id(store_name), **self.settings})
         self.fenced = False  # a newer publisher of this store took over: this one is done
         self.progress = read_progress(kafka, self.progress_topic)
         # Changelog version = Delta version + offset (``fmt.version_offset``); the progress
@@ -135,7 +131,7 @@ class Publisher:
         self.table_id = self.table.table_id
 
     def _published_so_far(self) -> continuity.PublishedSoFar:
-        return continuity.PublishedSoFar(self.topic, self.progress.version,
+        return continuity.PublishedSoFar(self.topic, self.progress.highest,
                                          self.progress.table_id)
 
     def reset_progress(self, version: int, stream_time: int | None, input_offsets: dict) -> None:
@@ -188,7 +184,10 @@ class Publisher:
         start = max(0, self.progress.version - self.offset + 1)  # Delta versions from here
         while start <= latest:
             end = min(latest, start + 99)
-            self._publish_range(start, end, result)
+            if self.conf.publish_from == "executors":
+                self._publish_range(start, end, result, rows=self._change_rows(start, end))
+            else:
+                self._publish_range(start, end, result)
             start = end + 1
         result.published_version = self.progress.version
         result.seconds = time.monotonic() - started
@@ -205,16 +204,23 @@ class Publisher:
         Only exact when ``version`` is the next one to publish and its writer made exactly
         this one commit from those changes (the stream's batch write, whichever it made:
         one row per changed key, final state); otherwise this is ``publish()``.
-        ``changes`` is an Arrow table with ``kind`` (upsert/delete), ``key``, ``value``,
-        ``ts``, ``headers``, ``record_ttl``. ``until`` bounds what follows, as in
-        ``publish``.
+        ``changes`` has ``kind`` (upsert/delete), ``key``, ``value``, ``ts``, ``headers``,
+        ``record_ttl``: an Arrow table in the driver (published from here, unless
+        ``changelog.publish_from`` is ``executors``: then from the feed, on the executors),
+        or rows the executors hold (``.frame``, with each removal's ``removal_op``:
+        published from the executors). ``until`` bounds what follows, as in ``publish``.
         """
-        if self.progress.version != version + self.offset - 1:
+        held = getattr(changes, "frame", None)
+        if self.progress.version != version + self.offset - 1 or (
+                held is None and self.conf.publish_from == "executors"):
             return self.publish(until)
         started = time.monotonic()
         result = PublishResult(published_version=self.progress.version,
                                table_version=version + self.offset)
-        self._publish_range(version, version, result, runs=_known_runs(version, changes))
+        if held is not None:
+            self._publish_range(version, version, result, rows=_known_rows(version, held))
+        else:
+            self._publish_range(version, version, result, runs=_known_runs(version, changes))
         rest = self.publish(until)
         result.versions += rest.versions
         result.records += rest.records
@@ -225,27 +231,35 @@ class Publisher:
         result.seconds = time.monotonic() - started
         return result
 
-    def _changes(self, start: int, end: int) -> Iterator[tuple]:
-        """Per (version, key) the row that says how the key ends in that version, in version
-        order, read in Arrow batches (``_version_runs``)."""
+    def _change_rows(self, start: int, end: int):
+        """Per (version, key) the row that says how the key ends in that version (a
+        DataFrame: ``_commit_version``, ``key``, the record's columns, ``present``)."""
         from pyspark.sql import functions as F
 
         cdf = (self.spark.read.format("delta").option("readChangeFeed", "true")
                .option("startingVersion", start).option("endingVersion", end).load(self.path)
                .where("_change_type != 'update_preimage'"))
         present = F.col("_change_type").isin(*_PRESENT).cast("int")
-        final = (cdf.groupBy("_commit_version", "key")
-                 .agg(F.max_by(F.struct("value", "ts", "headers", "record_ttl",
-                                        present.alias("present")), present).alias("r"))
-                 .select("_commit_version", "key", "r.*")
-                 .orderBy("_commit_version"))
-        return _version_runs(final)
+        return (cdf.groupBy("_commit_version", "key")
+                .agg(F.max_by(F.struct("value", "ts", "headers", "record_ttl",
+                                       present.alias("present")), present).alias("r"))
+                .select("_commit_version", "key", "r.*"))
+
+    def _changes(self, start: int, end: int) -> Iterator[tuple]:
+        """``_change_rows`` in version order, read in Arrow batches (``_version_runs``)."""
+        return _version_runs(self._change_rows(start, end).orderBy("_commit_version"))
 
     def _publish_range(self, start: int, end: int, result: PublishResult,
-                       runs: Iterator | None = None) -> None:
+                       runs: Iterator | None = None, rows=None) -> None:
+        """Versions ``start..end``: from ``runs`` (or the change feed) through this
+        producer, or, given ``rows`` (a DataFrame of ``_change_rows``' columns), from the
+        executors (``_publish_on_executors``)."""
         committed = self.progress.copy()
         try:
-            self._publish_versions(start, end, result, runs)
+            if rows is not None:
+                self._publish_on_executors(start, end, result, rows)
+            else:
+                self._publish_versions(start, end, result, runs)
         except PublisherFenced:
             self.progress = committed  # at commit time: the transaction was not committed
             raise
@@ -262,7 +276,64 @@ class Publisher:
                     f"the change data of versions {start}..{end} of {self.path} is gone "
                     f"before the publisher read it (last published changelog version "
                     f"{committed.version}): {_first_line(exc)}") from exc
+            if "No module named 'confluent_kafka'" in str(exc):
+                raise ConfigError(
+                    "publication from the executors needs confluent-kafka in the executors' "
+                    "Python: install it there, or set changelog.publish_from = \"driver\"") \
+                    from exc
             raise
+
+    def _publish_on_executors(self, start: int, end: int, result: PublishResult,
+                              rows) -> None:
+        """Versions ``start..end`` from ``rows``, each changelog partition by its own
+        producer on the executors (``ttl.changelog.partitioned``), then this producer's
+        progress record: the version, with the stream time and input position."""
+        from pyspark.sql.types import IntegerType, StructField, StructType
+
+        metadata = delta_log.engine_metadata(self.spark, self.path, start, end)
+        versions = {}
+        for version in range(start, end + 1):
+            meta = metadata.get(version, {})
+            self._carry(meta)
+            versions[version] = self._facts(meta, known="removal_op" in rows.columns)
+        count = len(self.producer.list_topics(self.topic, timeout=30).topics[self.topic]
+                    .partitions)
+        job = partitioned.Job(
+            client=self.kafka.client_config(), producer=self.settings, topic=self.topic,
+            progress_topic=self.progress_topic, store=self.store, partitions=count,
+            offset=self.offset, end=end, versions=versions,
+            max_records_per_transaction=self.conf.max_records_per_transaction,
+            commit_timeout_s=self.conf.transaction_timeout / 1000, now_ms=self.clock.now_ms())
+        keyed = StructType([*rows.schema.fields,
+                            StructField(partitioned.PARTITION, IntegerType(), False)])
+        tasks = max(1, min(count, self.spark.sparkContext.defaultParallelism))
+        done = (rows.mapInArrow(partial(partitioned.with_partition, partitions=count), keyed)
+                .repartition(tasks, partitioned.PARTITION)
+                .sortWithinPartitions(partitioned.PARTITION, "_commit_version")
+                .mapInArrow(partial(partitioned.publish_partitions, job=job),
+                            partitioned.RESULT_DDL)
+                .collect())
+        for row in done:
+            result.records += row.records
+            result.puts += row.puts
+            result.tombstones += row.tombstones
+        result.versions += end - start + 1
+        self.progress.version = end + self.offset
+        self.producer.begin_transaction()
+        self._commit()
+
+    def _facts(self, meta: dict, known: bool) -> partitioned.VersionFacts:
+        """What a version's records carry besides its rows, from its commit's metadata
+        (``_removal``'s rules): a batch's own change rows (``known``) say which of their
+        removals are expiries."""
+        if meta.get("op") == OP_SWEEP:
+            return partitioned.VersionFacts(self.progress.stream_time, sweep=True,
+                                            clock=meta.get("clock"))
+        expired = frozenset()
+        if meta.get("expired_keys") and not known:
+            expired = frozenset(expired_keys(self.spark, self.path, meta))
+        return partitioned.VersionFacts(self.progress.stream_time, clock=_batch_clock(meta),
+                                        expired=expired)
 
     def reseed(self) -> PublishResult:
         """Publish the table's current state as one snapshot version and continue after it:
@@ -333,7 +404,11 @@ class Publisher:
         try:
             self.producer.abort_transaction(30)
         except KafkaException as exc:
-            self._fenced_by(exc)  # a fatal error here too: ``close()`` then only drops it
+            if self._fenced_by(exc):  # a fatal error here too: ``close()`` then only drops it
+                pass
+            elif exc.args and isinstance(exc.args[0], KafkaError) and \
+                    exc.args[0].code() == KafkaError._STATE:
+                return  # none was open (publication from the executors failed before it)
             log.warning("could not abort the changelog transaction", exc_info=True)
 
     def _publish_versions(self, start: int, end: int, result: PublishResult,
@@ -397,12 +472,7 @@ class Publisher:
                                            **meta["input_offsets"]}
 
     def _produce(self, topic: str, key: bytes, value: bytes | None, headers: list) -> None:
-        while True:
-            try:
-                self.producer.produce(topic, key=key, value=value, headers=headers)
-                return
-            except BufferError:
-                self.producer.poll(0.05)
+        partitioned.produce(self.producer, topic, key, value, headers)
 
     def _commit(self, with_progress: bool = True) -> None:
         if with_progress:
@@ -483,6 +553,16 @@ def _known_runs(version: int, changes) -> Iterator[tuple[int, object]]:
 
     for batch in changes.to_batches(max_chunksize=10_000):
         yield version, batch.append_column("present", pc.equal(batch.column("kind"), "upsert"))
+
+
+def _known_rows(version: int, held):
+    """A batch's change rows held on the executors (``kind``, ``removal_op``, the record's
+    columns) as ``version``'s rows of ``_change_rows``."""
+    from pyspark.sql import functions as F
+
+    return held.select(F.lit(version).cast("bigint").alias("_commit_version"), "key",
+                       "value", "ts", "headers", "record_ttl",
+                       (F.col("kind") == "upsert").cast("int").alias("present"), "removal_op")
 
 
 def _removal(meta: dict, expired: Callable[[], list[str]]) -> fmt.Removal:

@@ -23,9 +23,9 @@ stay on the executors:
 
 What reaches the driver: one row of figures per partition, the expired-on-arrival keys
 when there are at most ``write.EXPIRED_KEYS_INLINE`` of them (they go in the commit's
-metadata), and, for the stream's publisher, the change rows (one per changed key: what the
-changelog gets), collected once the commit is made; publishing from the executors is the
-step after this one (docs/scaling.md).
+metadata), and, for the stream's publisher, either the change rows (one per changed key:
+what the changelog gets), collected once the commit is made, or nothing: they stay held
+on the executors and are published from there (``HeldChanges``, docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ from ttl.store.write import (
     write_kind,
 )
 
-__all__ = ["held_inputs", "write_frame"]
+__all__ = ["HeldChanges", "held_inputs", "write_frame"]
 
 log = logging.getLogger(__name__)
 
@@ -198,6 +198,18 @@ def in_session(frame, spark):
 KEPT_CHANGES_MAX = 200_000
 
 
+@dataclass
+class HeldChanges:
+    """A batch's change rows, still held on the executors, for publication from there
+    (``keep_changes="held"``); whoever publishes them releases them."""
+
+    frame: object  # DataFrame: ``kind``, ``key``, the record's columns, ``removal_op``
+    _held: object  # the persisted result they are read from
+
+    def release(self) -> None:
+        _unpersist(self._held)
+
+
 def _unpersist(frame) -> None:
     """Release a persisted DataFrame's blocks; a failure only warns (the batch's outcome,
     committed or failed, is what the caller must see)."""
@@ -225,13 +237,14 @@ def held_inputs(spark, records) -> Iterator:
 def write_frame(spark, path: str, dead_letter_path: str, inputs, *, sem: Semantics,
                 wall_ms: int, t0: int, metadata: Callable[[Figures], dict],
                 txn: tuple[str, int] | None = None, phases: BatchPhases | None = None,
-                keep_changes: bool = False, done: set[str] | None = None,
+                keep_changes: bool | str = False, done: set[str] | None = None,
                 fence: Callable[[], None] | None = None) -> tuple[WriteResult, dict]:
     """``write.write_batch`` for a batch that stays on the executors: ``inputs`` are its
     records as the fold's rows (``held_inputs``); ``metadata`` gives the commit's metadata
     (the stream time before the batch under ``stream_time``) from the batch's figures (its
     input offsets), and may raise to refuse the batch before anything is written.
-    ``keep_changes``: as there, up to ``KEPT_CHANGES_MAX`` changed keys. ``done``,
+    ``keep_changes``: as there, up to ``KEPT_CHANGES_MAX`` changed keys; ``"held"``: the
+    change rows stay on the executors (``HeldChanges``), however many. ``done``,
     ``fence``: as there; the fence is also checked right before the commit (the fold can
     take many seconds)."""
     phases = phases or BatchPhases()
@@ -251,14 +264,19 @@ def write_frame(spark, path: str, dead_letter_path: str, inputs, *, sem: Semanti
                                   wall_ms=wall_ms, t0=t0, metadata=metadata, txn=txn,
                                   phases=phases, done=done))
 
+    held = None
     try:
         (spread, result, meta), version_before = at_stable_version(spark, path, attempt, fence)
         if fence is not None:
             fence()
         _commit(spark, path, spread, result, meta, wall_ms=wall_ms, txn=txn, phases=phases)
         f = spread.figures
-        if (keep_changes and result.applied and result.version == version_before + 1
-                and f.upserted + f.deleted + f.expired <= KEPT_CHANGES_MAX):
+        if not (keep_changes and result.applied and result.version == version_before + 1):
+            return result, meta
+        if keep_changes == "held":
+            held = spread.out
+            result.changes = HeldChanges(spread.changes(), held)
+        elif f.upserted + f.deleted + f.expired <= KEPT_CHANGES_MAX:
             try:
                 result.changes = (spread.changes()
                                   .select("kind", "key", "value", "ts", "headers",
@@ -269,7 +287,8 @@ def write_frame(spark, path: str, dead_letter_path: str, inputs, *, sem: Semanti
         return result, meta
     finally:
         for spread in spreads:
-            _unpersist(spread.out)
+            if spread.out is not held:
+                _unpersist(spread.out)
 
 
 def _prepare(spark, path: str, dead_letter_path: str, spread: Spread, version: int, *,

@@ -228,11 +228,12 @@ class DeltaStore:
 
     def apply_frame(self, records, *, metadata: Callable[[Figures], dict],
                     wall_ms: int | None = None, txn: tuple[str, int] | None = None,
-                    phases=None, keep_changes: bool = False) -> WriteResult:
+                    phases=None, keep_changes: bool | str = False) -> WriteResult:
         """Apply input records that stay on the executors (a DataFrame in
         ``fold.input_arrow_schema()``'s columns) in one store commit
         (``ttl.store.distributed``): ``metadata`` gives the commit's metadata from the
-        batch's figures (its input offsets), and may refuse the batch by raising."""
+        batch's figures (its input offsets), and may refuse the batch by raising.
+        ``keep_changes``: ``distributed.write_frame``'s."""
         done: set[str] = set()  # as in ``apply_batch``
         with held_inputs(self.spark, records) as inputs:  # for every run again, too
             return self._apply(

@@ -85,7 +85,9 @@ class WriteResult:
     metrics: dict[str, int] = field(default_factory=dict)  # the write's Delta operationMetrics
     version_before: int | None = None
     earliest_expiry: int | None = None  # the earliest expires_at the batch wrote
-    changes: object = None  # Arrow: the rows the commit changed (``keep_changes``)
+    #: The rows the commit changed (``keep_changes``): Arrow, or rows the executors hold
+    #: (``distributed.HeldChanges``).
+    changes: object = None
     retries: int = 0  # runs again after a Delta conflict with a concurrent commit
     write: str = ""  # the write that made the commit: append, replace, replace_where, merge,
     # empty; or skipped

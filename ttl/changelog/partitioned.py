@@ -1,0 +1,197 @@
+"""Publication from the executors: each changelog partition in transactions of its own.
+
+Why: the driver's one transactional producer carries every record of every version (its
+Python builds each record), which caps a cluster at what one driver core publishes. Here
+the records stay on the executors (docs/scaling.md).
+
+How it keeps the changelog's rules (docs/semantics.md, Changelog):
+
+* The driver hands a range of versions as a DataFrame: the change feed's final row per
+  (version, key), or a batch's own change rows held on the executors. Each row gets its
+  key's changelog partition (``with_partition``: Kafka's murmur2, the partition any
+  producer of the key would pick); rows are grouped by partition, ordered by version.
+* A task publishes each changelog partition it holds through that partition's own
+  transactional producer (``names.partition_transactional_id``). ``init_transactions``
+  fences every earlier producer of the partition (a failed attempt of the task, a zombie
+  driver's executors); then the task reads the progress topic, and skips what the
+  partition already holds (its own progress record or the driver's). Nobody can commit
+  for the partition between that read and this task's commit without fencing it first,
+  so the read is a compare-and-set: a partition gets each version once and in order, and
+  a crash at worst repeats a version whole, never skips or reorders one.
+* The records and the partition's own progress record (``progress/<p>``: every version to
+  the range's end) go in one transaction; a partition's share larger than
+  ``max_records_per_transaction`` spans transactions, like the driver's, with the progress
+  in the last one.
+* When every task is done the driver writes its own progress record (version, stream
+  time, input position) with its own producer, which fences its earlier incarnations.
+
+Executors import this module: it needs the standard library, confluent-kafka and pyarrow
+(imported where used), nothing of the driver's configuration.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from ttl.changelog import format as fmt
+from ttl.changelog.partitioning import partition_of
+from ttl.changelog.progress import partition_key, partition_record, read_progress_with
+from ttl.names import partition_transactional_id
+
+#: The column ``with_partition`` adds: the row's changelog partition.
+PARTITION = "_changelog_partition"
+#: One row per changelog partition a task published.
+RESULT_DDL = "partition INT, records BIGINT, puts BIGINT, tombstones BIGINT, skipped BIGINT"
+QUIET = 3  # librdkafka's log level for the executors' clients: errors only
+
+
+def producer_settings(transaction_timeout_ms: int, max_record_bytes: int) -> dict:
+    """The changelog producers' settings, the driver's and the executors' alike."""
+    return {
+        "acks": "all",
+        "linger.ms": 20,
+        "compression.type": "lz4",
+        "queue.buffering.max.messages": 1_000_000,
+        "queue.buffering.max.kbytes": 1_048_576,
+        "transaction.timeout.ms": transaction_timeout_ms,
+        # Every record the store accepts fits (store.max_record_bytes bounds it);
+        # librdkafka takes no less than 1000.
+        "message.max.bytes": max(1_000, max_record_bytes),
+    }
+
+
+def produce(producer, topic: str, key: bytes, value: bytes | None, headers: list,
+            partition: int | None = None) -> None:
+    """``producer.produce``, waiting while its queue is full."""
+    extra = {} if partition is None else {"partition": partition}
+    while True:
+        try:
+            producer.produce(topic, key=key, value=value, headers=headers, **extra)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
+@dataclass(frozen=True)
+class VersionFacts:
+    """What a version's records carry besides its rows: the stream time after it, and how
+    its removed keys are told (the driver reads both from the version's commit)."""
+
+    stream_time: int | None
+    #: A sweep's version: every removal is an expiry by this clock.
+    sweep: bool = False
+    clock: str | None = None
+    #: A batch's expired-on-arrival keys (hex), when its rows do not say it themselves.
+    expired: frozenset[str] = frozenset()
+
+    def removal(self, rows) -> fmt.Removal:
+        clock = self.clock
+        if self.sweep:
+            return lambda key: ("expire", clock)
+        if "removal_op" in rows.schema.names:  # a batch's own change rows say it
+            ops = dict(zip(rows.column("key").to_pylist(),
+                           rows.column("removal_op").to_pylist(), strict=True))
+            return lambda key: ("expire", clock) if ops.get(key) == "expire" else (
+                "delete", None)
+        expired = self.expired
+        return lambda key: ("expire", clock) if key.hex() in expired else ("delete", None)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One publication of a range of versions, as every task gets it."""
+
+    client: dict  # librdkafka settings every client shares (servers, security)
+    producer: dict  # ``producer_settings``
+    topic: str
+    progress_topic: str
+    store: str
+    partitions: int  # the changelog topic's
+    offset: int  # the table's version offset: changelog version = Delta version + offset
+    end: int  # the range's last Delta version
+    versions: dict  # Delta version -> VersionFacts
+    max_records_per_transaction: int
+    commit_timeout_s: float
+    now_ms: int
+
+
+def with_partition(batches: Iterable, *, partitions: int) -> Iterator:
+    """``mapInArrow``: every row with its key's changelog partition (``PARTITION``)."""
+    import pyarrow as pa
+
+    for batch in batches:
+        keys = batch.column("key").to_pylist()
+        yield batch.append_column(PARTITION, pa.array(
+            [partition_of(k, partitions) for k in keys], pa.int32()))
+
+
+def publish_partitions(batches: Iterable, *, job: Job) -> Iterator:
+    """``mapInArrow``: a task's rows (``with_partition``'s, ordered by partition, then
+    version) -> one row of ``RESULT_DDL`` per changelog partition it published."""
+    import pyarrow as pa
+
+    runs: dict[int, list] = {}
+    for batch in batches:
+        parts = batch.column(PARTITION).to_pylist()
+        versions = batch.column("_commit_version").to_pylist()
+        first = 0
+        for i in range(1, len(parts) + 1):
+            if i == len(parts) or (parts[i], versions[i]) != (parts[first], versions[first]):
+                runs.setdefault(parts[first], []).append(
+                    (versions[first], batch.slice(first, i - first)))
+                first = i
+    results = [publish_partition(p, runs[p], job) for p in sorted(runs)]
+    if results:
+        yield pa.RecordBatch.from_pylist(results, schema=pa.schema([
+            ("partition", pa.int32()), ("records", pa.int64()), ("puts", pa.int64()),
+            ("tombstones", pa.int64()), ("skipped", pa.int64())]))
+
+
+def publish_partition(partition: int, runs: list, job: Job) -> dict:
+    """Publish ``runs`` (``(Delta version, rows)`` in version order, all of changelog
+    partition ``partition``) with the partition's own producer (module docstring)."""
+    from confluent_kafka import Consumer, Producer
+
+    counts = {"partition": partition, "records": 0, "puts": 0, "tombstones": 0,
+              "skipped": 0}
+    producer = Producer({**job.client, **job.producer, "log_level": QUIET,
+                         "transactional.id": partition_transactional_id(job.store, partition)})
+    producer.init_transactions(60)  # fences the partition's earlier producers
+    consumer = Consumer({**job.client, "group.id": f"ttl-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "isolation.level": "read_committed",
+                         "enable.partition.eof": True, "log_level": QUIET})
+    try:
+        held = read_progress_with(consumer, job.progress_topic).partition_version(
+            partition)
+    finally:
+        consumer.close()
+    last = job.end + job.offset
+    if held >= last:
+        counts["skipped"] = sum(rows.num_rows for _, rows in runs)
+        return counts
+    producer.begin_transaction()
+    in_txn = 0
+    for version, rows in runs:
+        at = version + job.offset
+        if at <= held:
+            counts["skipped"] += rows.num_rows
+            continue
+        facts = job.versions[version]
+        for key, value, headers in fmt.records(rows, at, facts.stream_time,
+                                               facts.removal(rows)):
+            produce(producer, job.topic, key, value, headers, partition)
+            counts["records"] += 1
+            counts["tombstones" if value is None else "puts"] += 1
+            in_txn += 1
+            if in_txn >= job.max_records_per_transaction:
+                # Progress moves only at the range's end: after a crash the partition's
+                # share is published again whole (repeated, never skipped).
+                producer.commit_transaction(job.commit_timeout_s)
+                producer.begin_transaction()
+                in_txn = 0
+    produce(producer, job.progress_topic, partition_key(partition),
+            partition_record(job.store, partition, last, job.now_ms), [], 0)
+    producer.commit_transaction(job.commit_timeout_s)
+    return counts
