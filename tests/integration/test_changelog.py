@@ -24,7 +24,8 @@ from tests.support import (
     retrying,
     run_concurrently,
 )
-from ttl.changelog import topic
+from ttl.changelog import partitioned, topic
+from ttl.changelog.partitioning import partition_of
 from ttl.changelog.progress import read_progress
 from ttl.changelog.publisher import Publisher
 from ttl.clock import FixedClock
@@ -557,3 +558,103 @@ def test_a_null_header_written_by_an_operators_sql_is_left_out_not_fatal(
     assert [w.split(":")[0] for w in warned] == [f"changelog version {v}" for v in
                                                  versions[1:]], warned
     assert all(w.endswith("keys (headers left out): b'a' (2)") for w in warned), warned
+
+
+def _partition_job(kafka, kconf, end: int, partitions: int = 3) -> partitioned.Job:
+    return partitioned.Job(
+        client={"bootstrap.servers": kafka.bootstrap_servers},
+        producer=partitioned.producer_settings(60_000, 1_000_000),
+        topic=kconf.changelog_topic, progress_topic=topic.progress_topic(kconf.changelog_topic),
+        store="s", partitions=partitions, offset=0, end=end,
+        versions={v: partitioned.VersionFacts(NOW) for v in range(end + 1)},
+        max_records_per_transaction=1_000, commit_timeout_s=30, now_ms=NOW)
+
+
+def _partition_runs(partition: int, versions: dict[int, list[bytes]], n: int = 3) -> list:
+    """Each version's puts of ``keys`` (all in changelog partition ``partition``)."""
+    import pyarrow as pa
+
+    from ttl.store.layout import headers_arrow_type
+
+    runs = []
+    for version, keys in versions.items():
+        assert all(partition_of(k, n) == partition for k in keys)
+        runs.append((version, pa.RecordBatch.from_pydict({
+            "_commit_version": [version] * len(keys), "key": keys,
+            "value": [b"v%d" % version] * len(keys), "ts": [NOW] * len(keys),
+            "headers": pa.array([[]] * len(keys), headers_arrow_type()),
+            "record_ttl": pa.array([None] * len(keys), pa.int64()),
+            "present": [1] * len(keys)})))
+    return runs
+
+
+def _keys_of(partition: int, count: int, n: int = 3) -> list[bytes]:
+    return [k for k in (f"key-{i}".encode() for i in range(200))
+            if partition_of(k, n) == partition][:count]
+
+
+def test_a_partitions_publication_is_a_compare_and_set_on_its_progress(kafka, kconf):
+    """Publication from the executors: a partition's producer reads the progress after
+    fencing, so publishing what the partition already holds (a task run again, a batch
+    published again after a crash before the driver's progress record) publishes nothing,
+    and a longer range publishes only the versions after it."""
+    keys = _keys_of(1, 4)
+    runs = _partition_runs(1, {0: keys[:2], 1: keys[2:]})
+    first = partitioned.publish_partition(1, runs, _partition_job(kafka, kconf, end=1))
+    assert (first["records"], first["skipped"]) == (4, 0)
+    again = partitioned.publish_partition(1, runs, _partition_job(kafka, kconf, end=1))
+    assert (again["records"], again["skipped"]) == (0, 4)
+    progress = read_progress(clients(kconf, kafka), topic.progress_topic(kconf.changelog_topic))
+    assert (progress.version, progress.ahead, progress.highest) == (-1, {1: 1}, 1)
+    assert progress.partition_version(1) == 1 and progress.partition_version(0) == -1
+    more = _partition_runs(1, {1: keys[2:], 2: keys[:1]})
+    later = partitioned.publish_partition(1, more, _partition_job(kafka, kconf, end=2))
+    assert (later["records"], later["skipped"]) == (1, 2)
+    msgs = read_changelog(kafka, kconf, 5)
+    assert {m.partition() for m in msgs} == {1}
+    assert [engine(m)["ttl.version"] for m in msgs] == [b"0", b"0", b"1", b"1", b"2"]
+
+
+def test_a_partitions_producer_fences_an_older_one_of_that_partition(kafka, kconf):
+    """A zombie's producer of a partition (a failed task attempt, a driver that lost the
+    store) is fenced by the next one: its open transaction is aborted, unseen, and its
+    commit fails."""
+    from confluent_kafka import KafkaException, Producer
+
+    from ttl.names import partition_transactional_id
+
+    zombie = Producer({"bootstrap.servers": kafka.bootstrap_servers,
+                       "transactional.id": partition_transactional_id("s", 2)})
+    zombie.init_transactions(30)
+    zombie.begin_transaction()
+    zombie.produce(kconf.changelog_topic, key=b"stale", value=b"old", partition=2)
+    zombie.flush(10)
+    keys = _keys_of(2, 2)
+    done = partitioned.publish_partition(2, _partition_runs(2, {0: keys}),
+                                         _partition_job(kafka, kconf, end=0))
+    assert done["records"] == 2
+    with pytest.raises(KafkaException):
+        zombie.commit_transaction(10)
+    msgs = read_changelog(kafka, kconf, 2)
+    assert sorted(m.key() for m in msgs) == sorted(keys)
+
+
+def test_publication_from_the_executors_resumes_where_each_partition_stopped(
+        spark, kafka, kconf, table_path):
+    """A crash after some partitions published a version and before the driver's progress
+    record: the next publication gives those partitions nothing again, the others their
+    records, and the driver's record then covers every partition."""
+    store = make_store(spark, table_path)
+    keys = [f"key-{i}".encode() for i in range(30)]
+    store.apply_records([InputRecord(k, b"v", NOW, (), 0, i) for i, k in enumerate(keys)])
+    mine = [k for k in keys if partition_of(k, 3) == 0]
+    partitioned.publish_partition(0, _partition_runs(0, {1: mine}),
+                                  _partition_job(kafka, kconf, end=1))
+    pub = publisher(spark, store, kconf, kafka, publish_from="executors")
+    assert pub.progress.ahead == {0: 1}
+    result = pub.publish()
+    assert result.records == len(keys) - len(mine)
+    progress = read_progress(clients(kconf, kafka), topic.progress_topic(kconf.changelog_topic))
+    assert (progress.version, progress.ahead) == (1, {})
+    msgs = read_changelog(kafka, kconf, len(keys))
+    assert sorted(m.key() for m in msgs) == sorted(keys)
