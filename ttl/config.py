@@ -215,8 +215,8 @@ class ChangelogConfig(_Section):
     max_records_per_transaction: int = Field(default=200_000, gt=0)
     #: Where records are published from (docs/scaling.md): ``driver``, one transactional
     #: producer in the driver; ``executors``, every version by one producer per changelog
-    #: partition on the executors (which then need confluent-kafka); ``auto``, a batch
-    #: folded on the executors from there, everything else from the driver.
+    #: partition on the executors (which then need confluent-kafka); ``auto``, the
+    #: executors on a cluster (a Spark master that is not ``local``), else the driver.
     publish_from: Literal["auto", "driver", "executors"] = "auto"
 
 class EvictionConfig(_Section):

@@ -88,6 +88,11 @@ class Publication:
         if self._error is not None:
             raise self._error
 
+    @property
+    def from_executors(self) -> bool:
+        """Whether this stream's versions are published from the executors."""
+        return self.publisher.from_executors
+
     def table_version(self) -> int:
         """The table version the changelog has (this stream's publisher is the only one)."""
         return self.publisher.progress.version - self.publisher.offset

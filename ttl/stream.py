@@ -124,8 +124,8 @@ class StreamJob:
         self.lease = lease
         self.sweeper = store.for_thread()  # wall sweeps: own session, same stream time
         self.metrics = Metrics(conf.store.name, conf, kafka)
-        self.publication = publication.Publication(publisher, on_published=self._published,
-                                       on_failure=self._publication_failed)
+        self.publication = publication.Publication(
+            publisher, on_published=self._published, on_failure=self._publication_failed)
         self.jobs = schedule.StoreJobs(self.sweeper, conf, lock=self.lock,
                                        publish=self.publication.after_current,
                                        published=self.publication.table_version,
@@ -456,9 +456,8 @@ class StreamJob:
                     result = self.store.apply_batch(table, metadata=meta, txn=txn,
                                                     phases=phases, keep_changes=True)
                 else:  # checked, on the executors' figures, before anything is written
-                    # Under publish_from auto or executors, the change rows stay on the
-                    # executors and are published from there.
-                    keep = "held" if self.conf.changelog.publish_from != "driver" else True
+                    # Published from the executors, the change rows stay there.
+                    keep = "held" if self.publication.from_executors else True
                     result = self.store.apply_frame(
                         records, txn=txn, phases=phases, keep_changes=keep,
                         metadata=lambda f: metadata(f.first_offsets, f.next_offsets))
@@ -533,6 +532,7 @@ class StreamJob:
             "expired_on_arrival": result.counts.expired_on_arrival,
             "evicted": evicted, "changelog_records": published.records,
             "publication_lag_versions": published.lag_versions,
+            "published_from": published.published_from,
             "duration_s": seconds["total"], "phases_s": seconds,
             **how,  # where the batch was folded, and its lookups by reader
             **jobs, "write": result.write, "write_metrics": result.metrics,

@@ -9,7 +9,8 @@ import time
 
 def watermark_offsets(consumer, topic: str, partition: int, deadline: float) -> tuple[int, int]:
     """A partition's (low, high) watermarks. A topic created a moment ago has no leader yet,
-    which the broker answers with a retriable error: ask again until ``deadline``
+    which the broker answers with a retriable error (or the client, whose metadata does not
+    have it yet, with an unknown partition): ask again until ``deadline``
     (``time.monotonic``), then raise it."""
     from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
@@ -21,7 +22,7 @@ def watermark_offsets(consumer, topic: str, partition: int, deadline: float) -> 
             err = exc.args[0] if exc.args else None
             retriable = isinstance(err, KafkaError) and (err.retriable() or err.code() in (
                 KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
-                KafkaError.UNKNOWN_TOPIC_OR_PART))
+                KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION))
             if not retriable or time.monotonic() > deadline:
                 raise
             time.sleep(0.2)

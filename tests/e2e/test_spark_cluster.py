@@ -86,6 +86,9 @@ app_name = "ttl-cluster-test"
              (stream.stdout + stream.stderr).splitlines() if '"folded_on"' in line]
     assert len(lines) >= 3 and {b["folded_on"] for b in lines} == {"executors"}, lines
     assert {b["write"] for b in lines} >= {"append", "replace"}, lines
+    # publish_from "auto": a batch folded on the executors is published from there too
+    # (each changelog partition by its own producer), in the executors' Python.
+    assert sum(b["published_from"] in ("executors", "both") for b in lines) >= 2, lines
     model = ReferenceStore(Semantics(ttl=DAY))
     model.apply_batch(sorted(records, key=lambda r: (r.partition, r.offset)), now)
     rows = table_rows(spark, conf.store.path)

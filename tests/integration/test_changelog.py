@@ -380,11 +380,14 @@ def test_a_batch_published_from_its_own_changes_equals_its_change_feed(
         conf = KafkaConfig(bootstrap_servers=kafka.bootstrap_servers, input_topic="i",
                            changelog_topic=f"cl-{way}-{uuid.uuid4().hex[:8]}")
         topic.create(clients(conf, kafka), ChangelogConfig())
-        pub = Publisher(spark, table_path, "s", clients(conf, kafka), ChangelogConfig())
+        publish_from = "executors" if way == "known" and held is not None else "driver"
+        pub = Publisher(spark, table_path, "s", clients(conf, kafka),
+                        ChangelogConfig(publish_from=publish_from))
         pub.publish(until=batch.version - 1)
         if way == "known":
-            assert pub.publish_known(batch.version, batch.changes).published_version == \
-                batch.version
+            known = pub.publish_known(batch.version, batch.changes)
+            assert known.published_version == batch.version
+            assert known.published_from == "executors" if held is not None else "driver"
         else:
             pub.publish()
         msgs = consume_all(kafka.bootstrap_servers, conf.changelog_topic,

@@ -56,6 +56,8 @@ class Progress:
     #: Changelog partitions whose own progress is past ``version`` (partition -> version):
     #: publication from the executors got that far there (module docstring).
     ahead: dict[int, int] = field(default_factory=dict)
+    #: Whether the read saw any partition's own record: the executors published lately.
+    partitioned: bool = False
 
     @property
     def highest(self) -> int:
@@ -104,7 +106,8 @@ def read_progress_with(consumer, topic: str, timeout: float = 30.0) -> Progress:
     for start in dict.fromkeys((max(low, high - 200), low)):
         if high <= start:
             break
-        last, partitions = _last_progress(consumer, topic, start, high, deadline, timeout)
+        last, partitions, seen = _last_progress(consumer, topic, start, high, deadline,
+                                                timeout)
         if last is None and start != low:
             continue
         progress = Progress()
@@ -113,16 +116,18 @@ def read_progress_with(consumer, topic: str, timeout: float = 30.0) -> Progress:
             progress = Progress(doc["version"], doc.get("stream_time"),
                                 doc.get("input_offsets") or {}, doc.get("table_id"))
         progress.ahead = {p: v for p, v in partitions.items() if v > progress.version}
+        progress.partitioned = seen
         return progress
     return Progress()
 
 
 def _last_progress(consumer, topic: str, start: int, high: int, deadline: float,
-                   timeout: float) -> tuple[bytes | None, dict[int, int]]:
-    """The last committed progress value from ``start`` to the stable end, and the last
-    version of each partition's own record after it."""
+                   timeout: float) -> tuple[bytes | None, dict[int, int], bool]:
+    """The last committed progress value from ``start`` to the stable end, the last
+    version of each partition's own record after it, and whether any partition's record
+    was read."""
     consumer.assign([TopicPartition(topic, 0, start)])
-    last, partitions = None, {}
+    last, partitions, seen = None, {}, False
     while True:
         if time.monotonic() > deadline:
             raise ProgressUnreadable(f"the progress topic {topic} was not read to its end "
@@ -132,7 +137,7 @@ def _last_progress(consumer, topic: str, start: int, high: int, deadline: float,
             continue
         if msg.error() is not None:
             if msg.error().code() == -191:  # _PARTITION_EOF: read up to the stable end
-                return last, partitions
+                return last, partitions, seen
             raise KafkaException(msg.error())
         if msg.value() is None:
             continue
@@ -141,6 +146,7 @@ def _last_progress(consumer, topic: str, start: int, high: int, deadline: float,
         elif (msg.key() or b"").startswith(PARTITION_KEY_PREFIX):
             doc = json.loads(msg.value())
             partitions[int(doc["partition"])] = int(doc["version"])
+            seen = True
 
 
 def published_progress(kafka: KafkaClients, topic: str) -> Progress | None:

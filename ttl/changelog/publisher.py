@@ -24,7 +24,10 @@ Design, and why it keeps "replaying the changelog rebuilds the table":
   for non-null keys, so a key lands where any Java producer would put it.
 * **From the executors** (``changelog.publish_from``): the same versions, each changelog
   partition by its own transactional producer on the executors
-  (``ttl.changelog.partitioned``), then this producer's progress record.
+  (``ttl.changelog.partitioned``), then this producer's progress record. One way per
+  publisher, for every version it publishes: a partition's records then come from one
+  transactional id at a time, which is what fencing needs. A publisher from the driver
+  that finds partition progress records first fences every partition's producer once.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ from ttl.names import (
     OP_SWEEP,
     PROP_RESEED_REQUIRED,
     PROP_VERSION_OFFSET,
+    partition_transactional_id,
     progress_topic,
     publisher_transactional_id,
 )
@@ -80,6 +84,15 @@ class PublishResult:
     published_version: int = -1
     table_version: int = -1
     seconds: float = 0.0
+    #: Where its records were produced: ``driver``, ``executors`` (``partitioned``), both
+    #: (a batch's own version from one, the rest from the other), or ``none``.
+    published_from: str = "none"
+
+    def add_from(self, where: str) -> None:
+        if self.published_from in ("none", where):
+            self.published_from = where
+        else:
+            self.published_from = "both"
 
     @property
     def lag_versions(self) -> int:
@@ -111,6 +124,7 @@ class Publisher:
         self.producer = kafka.producer(**{
             "transactional.id": publisher_transactional_id(store_name), **self.settings})
         self.fenced = False  # a newer publisher of this store took over: this one is done
+        self.from_executors = publishes_from_executors(changelog, spark)
         self.progress = read_progress(kafka, self.progress_topic)
         # Changelog version = Delta version + offset (``fmt.version_offset``); the progress
         # and every ``PublishResult`` speak changelog versions.
@@ -121,7 +135,22 @@ class Publisher:
             self.producer = None
             raise ChangelogMismatch(why)
         self.producer.init_transactions(60)  # fences any older publisher of this store
+        if self.progress.partitioned and not self.from_executors:
+            self._fence_partitions()  # an earlier run's producers on the executors
         log.info("publisher for %s resumes after version %s", store_name, self.progress.version)
+
+    def _fence_partitions(self) -> None:
+        """Fence every changelog partition's producer (``partitioned``), as the
+        executors' publication of an earlier run (a zombie, say) may still hold one: this
+        publisher's records of a partition must not be followed by an older one's."""
+        for partition in range(self._partition_count()):
+            fence = self.kafka.producer(**{
+                "transactional.id": partition_transactional_id(self.store, partition)})
+            fence.init_transactions(60)
+
+    def _partition_count(self) -> int:
+        return len(self.producer.list_topics(self.topic, timeout=30).topics[self.topic]
+                   .partitions)
 
     def _read_table(self) -> None:
         """The table's id, newest version and marks, as they are now."""
@@ -184,7 +213,7 @@ class Publisher:
         start = max(0, self.progress.version - self.offset + 1)  # Delta versions from here
         while start <= latest:
             end = min(latest, start + 99)
-            if self.conf.publish_from == "executors":
+            if self.from_executors:
                 self._publish_range(start, end, result, rows=self._change_rows(start, end))
             else:
                 self._publish_range(start, end, result)
@@ -205,14 +234,15 @@ class Publisher:
         this one commit from those changes (the stream's batch write, whichever it made:
         one row per changed key, final state); otherwise this is ``publish()``.
         ``changes`` has ``kind`` (upsert/delete), ``key``, ``value``, ``ts``, ``headers``,
-        ``record_ttl``: an Arrow table in the driver (published from here, unless
-        ``changelog.publish_from`` is ``executors``: then from the feed, on the executors),
-        or rows the executors hold (``.frame``, with each removal's ``removal_op``:
-        published from the executors). ``until`` bounds what follows, as in ``publish``.
+        ``record_ttl``: an Arrow table in the driver, or rows the executors hold
+        (``.frame``, with each removal's ``removal_op``). A publisher from the executors
+        publishes the latter there, and reads the feed there rather than take the former;
+        one from the driver takes only the former. ``until`` bounds what follows, as in
+        ``publish``.
         """
         held = getattr(changes, "frame", None)
         if self.progress.version != version + self.offset - 1 or (
-                held is None and self.conf.publish_from == "executors"):
+                (held is not None) != self.from_executors):
             return self.publish(until)
         started = time.monotonic()
         result = PublishResult(published_version=self.progress.version,
@@ -228,6 +258,8 @@ class Publisher:
         result.tombstones += rest.tombstones
         result.published_version = rest.published_version
         result.table_version = rest.table_version
+        if rest.versions:
+            result.add_from(rest.published_from)
         result.seconds = time.monotonic() - started
         return result
 
@@ -296,8 +328,7 @@ class Publisher:
             meta = metadata.get(version, {})
             self._carry(meta)
             versions[version] = self._facts(meta, known="removal_op" in rows.columns)
-        count = len(self.producer.list_topics(self.topic, timeout=30).topics[self.topic]
-                    .partitions)
+        count = self._partition_count()
         job = partitioned.Job(
             client=self.kafka.client_config(), producer=self.settings, topic=self.topic,
             progress_topic=self.progress_topic, store=self.store, partitions=count,
@@ -318,6 +349,7 @@ class Publisher:
             result.puts += row.puts
             result.tombstones += row.tombstones
         result.versions += end - start + 1
+        result.add_from("executors")
         self.progress.version = end + self.offset
         self.producer.begin_transaction()
         self._commit()
@@ -384,7 +416,10 @@ class Publisher:
             self.progress.input_offsets = dict(
                 (position.metadata or {}).get("input_offsets") or {}
                 if position is not None else {})
-            self._publish_range(latest, latest, result, runs=_version_runs(rows))
+            if self.from_executors:
+                self._publish_range(latest, latest, result, rows=rows)
+            else:
+                self._publish_range(latest, latest, result, runs=_version_runs(rows))
         except BaseException:
             self.progress = committed
             raise
@@ -453,6 +488,7 @@ class Publisher:
                         self.producer.begin_transaction()
                 pending = next(runs, None)
             result.versions += 1
+            result.add_from("driver")
             self.progress.version = version + self.offset
             if in_txn >= self.conf.max_records_per_transaction or version == end:
                 self._commit()
@@ -499,6 +535,14 @@ class Publisher:
         # line on stderr names it.
         return PublisherFenced(f"publisher of {self.store} was fenced or its producer hit "
                                f"another fatal error: {exc}")
+
+
+def publishes_from_executors(changelog: ChangelogConfig, spark) -> bool:
+    """``changelog.publish_from``, for a publisher in ``spark``'s session: ``auto`` is the
+    executors on a cluster master (not ``local``), else the driver."""
+    if changelog.publish_from != "auto":
+        return changelog.publish_from == "executors"
+    return not spark.sparkContext.master.startswith("local")
 
 
 def fatal_error(exc: KafkaException) -> bool:
