@@ -12,7 +12,10 @@ over each in every set-up, one after the other, each on a store of its own
 
 * **driver-local**: ``local[2]``, the default in local mode (``stream.batch_path = "driver"``);
 * **executors**: the standalone cluster, every batch folded and written on the
-  executors (``stream.batch_path = "executors"``, ``ttl.store.distributed``);
+  executors (``stream.batch_path = "executors"``, ``ttl.store.distributed``), and
+  published from there (``changelog.publish_from``'s ``auto`` on a cluster);
+* **executors-publish-driver**: the same, published from the driver
+  (``changelog.publish_from = "driver"``: the change rows collected to it);
 * **driver-cluster**: the standalone cluster, batches collected to the driver (what the
   driver path costs where the records live elsewhere);
 * **driver-s3**: ``local[2]`` with the store, its checkpoint and every table on the local
@@ -61,6 +64,9 @@ def setups(cluster: LocalSparkCluster, s3: LocalObjectStore) -> dict[str, dict]:
         "driver-local": {"stream_extra": 'batch_path = "driver"',
                          "extra": '[spark]\nmaster = "local[2]"\n'},
         "executors": {"stream_extra": 'batch_path = "executors"', "extra": on_cluster},
+        "executors-publish-driver": {
+            "stream_extra": 'batch_path = "executors"',
+            "extra": on_cluster + '[changelog]\npublish_from = "driver"\n'},
         "driver-cluster": {"stream_extra": 'batch_path = "driver"', "extra": on_cluster},
         "driver-s3": {"stream_extra": 'batch_path = "driver"', "s3": True,
                       "extra": on_s3 + '[spark]\nmaster = "local[2]"\n'
