@@ -379,6 +379,12 @@ def _resume_from(progress, result: RestoreResult) -> None:
                                  if x is not None)
     if result.last_version is None or result.last_version <= progress.version:
         result.input_offsets = dict(progress.input_offsets)
+    elif progress.ahead and result.last_version <= progress.highest:
+        log.warning("restore of %s: changelog partitions %s hold versions up to %s, past the "
+                    "publisher's progress (version %s): a publication from the executors "
+                    "stopped between the partitions' commits and its own, so the input "
+                    "position is not recorded", result.target, sorted(progress.ahead),
+                    progress.highest, progress.version)
     else:
         log.warning("restore of %s: the changelog holds version %s, newer than the "
                     "publisher's progress (version %s): a publisher ran during the restore, "

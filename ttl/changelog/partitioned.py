@@ -128,8 +128,8 @@ def with_partition(batches: Iterable, *, partitions: int) -> Iterator:
 
 
 def publish_partitions(batches: Iterable, *, job: Job) -> Iterator:
-    """``mapInArrow``: a task's rows (``with_partition``'s, ordered by partition, then
-    version) -> one row of ``RESULT_DDL`` per changelog partition it published."""
+    """``mapInArrow``: a task's rows (``with_partition``'s, each partition's in version
+    order) -> one row of ``RESULT_DDL`` per changelog partition it published."""
     import pyarrow as pa
 
     runs: dict[int, list] = {}

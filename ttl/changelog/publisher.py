@@ -338,11 +338,12 @@ class Publisher:
         keyed = StructType([*rows.schema.fields,
                             StructField(partitioned.PARTITION, IntegerType(), False)])
         tasks = max(1, min(count, self.spark.sparkContext.defaultParallelism))
-        done = (rows.mapInArrow(partial(partitioned.with_partition, partitions=count), keyed)
-                .repartition(tasks, partitioned.PARTITION)
-                .sortWithinPartitions(partitioned.PARTITION, "_commit_version")
-                .mapInArrow(partial(partitioned.publish_partitions, job=job),
-                            partitioned.RESULT_DDL)
+        grouped = (rows.mapInArrow(partial(partitioned.with_partition, partitions=count), keyed)
+                   .repartition(tasks, partitioned.PARTITION))
+        if end > start:  # a partition's versions go out in order (one version: any order)
+            grouped = grouped.sortWithinPartitions(partitioned.PARTITION, "_commit_version")
+        done = (grouped.mapInArrow(partial(partitioned.publish_partitions, job=job),
+                                   partitioned.RESULT_DDL)
                 .collect())
         for row in done:
             result.records += row.records
