@@ -211,6 +211,9 @@ def status(conf: Config, kafka=None, *, wall_ms: int | None = None) -> dict[str,
         return out
     published = table_version(progress.version, view.properties)  # a Delta version
     out["published version"] = published
+    if progress.ahead:  # publication from the executors, between partitions and progress
+        out["changelog partitions ahead"] = ", ".join(
+            f"{p}: {table_version(v, view.properties)}" for p, v in sorted(progress.ahead.items()))
     out["changelog lag (versions)"] = max(0, view.version - published)
     if published >= view.version:
         out["changelog lag (seconds)"] = 0.0
