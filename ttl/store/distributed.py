@@ -85,6 +85,8 @@ class Figures:
     rejects: int = 0
     first_offsets: dict[str, int] = field(default_factory=dict)
     next_offsets: dict[str, int] = field(default_factory=dict)
+    #: The keys expired on arrival (hex), while every partition named its own.
+    expired_keys: list[str] | None = field(default_factory=list)
 
     def add(self, part: dict) -> None:
         self.counts.add(Counts(**{**part["counts"], "rejected": Counter(
@@ -97,6 +99,9 @@ class Figures:
             self.first_offsets[p] = min(o, self.first_offsets.get(p, o))
         for p, o in part["next_offsets"].items():
             self.next_offsets[p] = max(o, self.next_offsets.get(p, o))
+        named = part.get("expired_keys")
+        self.expired_keys = None if named is None or self.expired_keys is None else [
+            *self.expired_keys, *named]
 
 
 def _extreme(pick, a: int | None, b: int | None) -> int | None:
@@ -164,7 +169,8 @@ def fold_frame(spark, path: str, inputs, version: int, *, wall_ms: int, t0: int,
               .join(keys, ["key_hash", "key"], "left_semi")
               .select(F.lit(STORED).alias("tag"), "key_hash", *STORED_COLUMNS))
     partitions = max(1, spark.sparkContext.defaultParallelism)
-    fold = functools.partial(fold_partition, wall_ms=wall_ms, t0=t0, sem=sem)
+    fold = functools.partial(fold_partition, wall_ms=wall_ms, t0=t0, sem=sem,
+                             inline=EXPIRED_KEYS_INLINE)
     out = (inputs.unionByName(stored, allowMissingColumns=True)
            .repartition(partitions, "key_hash")
            .mapInArrow(fold, OUTPUT_DDL)
@@ -309,6 +315,8 @@ def _prepare(spark, path: str, dead_letter_path: str, spread: Spread, version: i
     aside = f.expired > EXPIRED_KEYS_INLINE
     if aside:
         expired: list[str] | str = EXPIRED_KEYS_ASIDE
+    elif f.expired and f.expired_keys is not None and len(f.expired_keys) == f.expired:
+        expired = f.expired_keys  # named by the partitions' figures: no job
     elif f.expired:
         expired = [bytes(r.key).hex() for r in spread.expired_keys().collect()]
     else:

@@ -57,9 +57,11 @@ def _padded(table, kind: str | None, schema):
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-def fold_partition(batches, *, wall_ms: int, t0: int, sem: Semantics):
+def fold_partition(batches, *, wall_ms: int, t0: int, sem: Semantics, inline: int = 0):
     """One partition's fold (``mapInArrow``, on an executor): its input records and the
-    stored rows of their keys -> change rows, dead letters and one row of figures."""
+    stored rows of their keys -> change rows, dead letters and one row of figures, which
+    names the keys expired on arrival (hex) when there are at most ``inline`` of them
+    (the batch's commit metadata lists them up to that many: no job to collect them)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -76,8 +78,20 @@ def fold_partition(batches, *, wall_ms: int, t0: int, sem: Semantics):
                "earliest_expiry": folded.earliest_expiry, "upserted": folded.upserted,
                "deleted": folded.deleted, "expired": folded.expired,
                "stored": stored.num_rows, "rejects": folded.rejects.num_rows,
-               "first_offsets": first_offsets(inputs), "next_offsets": next_offsets(inputs)}
+               "first_offsets": first_offsets(inputs), "next_offsets": next_offsets(inputs),
+               "expired_keys": _expired_keys(folded.changes, inline)}
     for part in (_padded(folded.changes, None, schema),
                  _padded(folded.rejects, REJECT, schema),
                  _padded(pa.table({"figures": [json.dumps(figures)]}), FIGURES, schema)):
         yield from part.to_batches()
+
+
+def _expired_keys(changes, inline: int) -> list[str] | None:
+    """The keys (hex) of ``changes``' expiries, or ``None`` when there are more than
+    ``inline``."""
+    import pyarrow.compute as pc
+
+    expired = changes.filter(pc.equal(changes["removal_op"], "expire"))
+    if expired.num_rows > inline:
+        return None
+    return [bytes(k).hex() for k in expired["key"].to_pylist()]
