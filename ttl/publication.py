@@ -58,6 +58,18 @@ class Publication:
         self.wait()
         return self.now(written)
 
+    def unless_busy(self) -> PublishResult | None:
+        """Publish every unpublished version now, unless a batch's publication is under
+        way: then nothing (``None``); the next batch's publication, or the next call,
+        publishes what is left. For the scheduled jobs, which call it under the store's
+        lock: waiting there for a batch's publication made the stream's next batch wait
+        for the lock as long (seconds a batch, measured)."""
+        thread = self._thread
+        if thread is not None and thread.is_alive():
+            return None
+        self.wait()  # a finished one's error is raised here, as by any later call
+        return self.now()
+
     def behind(self, written, until: int, phases: BatchPhases,
                done: Callable[[PublishResult], None]) -> None:
         """Publish a batch in the background; ``done`` gets its result. The next caller of

@@ -62,11 +62,7 @@ class StoreJobs:
             return True
         return False
 
-    def _guarded(self, what: str, action: Callable[[], object],
-                 wrote: Callable[[object], bool] = lambda _result: True) -> object | None:
-        """``action`` under the lock and the lease, then what it wrote published (when
-        ``wrote(result)`` says it wrote anything: publishing waits for a stream's batch
-        publication under way, and the stream's next batch would wait for that lock)."""
+    def _guarded(self, what: str, action: Callable[[], object]) -> object | None:
         # Lease, write and release all under the lock: the daemon's jobs run on a thread
         # pool and share one lease, so one job's release must not end another's write.
         with self.lock:
@@ -74,7 +70,7 @@ class StoreJobs:
                 return None
             try:
                 result = action()
-                if self.publish is not None and wrote(result):
+                if self.publish is not None:
                     self.publish()
                 return result
             except (StoreMissing, ChangelogMismatch) as exc:
@@ -91,8 +87,7 @@ class StoreJobs:
                     self.release()
 
     def wall_sweep(self) -> eviction.SweepResult | None:
-        result = self._guarded("wall sweep", lambda: eviction.sweep(self.store, "wall"),
-                               wrote=lambda r: r.version is not None)
+        result = self._guarded("wall sweep", lambda: eviction.sweep(self.store, "wall"))
         if result is not None:
             # outside the lock: batches need not wait for it
             eviction.measure_lateness(self.store, result)  # type: ignore[arg-type]

@@ -127,7 +127,7 @@ class StreamJob:
         self.publication = publication.Publication(
             publisher, on_published=self._published, on_failure=self._publication_failed)
         self.jobs = schedule.StoreJobs(self.sweeper, conf, lock=self.lock,
-                                       publish=self.publication.after_current,
+                                       publish=self.publication.unless_busy,
                                        published=self.publication.table_version,
                                        on_sweep=self.metrics.sweep)
         self.jobs.on_fatal = self._job_failed

@@ -28,6 +28,7 @@ def test_killed_streams_sweeps_and_a_conflict_storm_lose_and_resurrect_nothing(
         assert sorted(result.faults) == ["storm", "sweep"], result.line()
 
 
+@pytest.mark.long
 def test_a_lost_store_and_a_restart_on_an_old_checkpoint_lose_nothing(
         spark, kafka, tmp_path):
     """The store's directory removed under a running stream; the stream killed -9 and its
@@ -35,7 +36,10 @@ def test_a_lost_store_and_a_restart_on_an_old_checkpoint_lose_nothing(
     refusals name (``ttl restore``, moving the checkpoint away): the table equals the
     reference model and the changelog replays to it (seed fixed; ``python -m tests.chaos``
     runs every fault, the clock-ahead contender too: in the suite that rule is
-    test_eviction's takeover test, with injected clocks)."""
+    test_eviction's takeover test, with injected clocks).
+
+    Long mode only (``TTL_LONG=1``): the default suite holds each of its refusals and
+    actions in ``tests/e2e/test_recovery.py`` and test_stream_job's disaster recovery."""
     result = chaos.run_one(spark, kafka, tmp_path, seed=2, kills=2, records=300,
                            faults=("lost_dir", "restore_restart"))
     assert result.ok and result.kills == 2, result.line()

@@ -196,22 +196,6 @@ def test_scheduled_wall_sweeps_evict_idle_keys_with_expire_tombstones(spark, kaf
     assert evicting and all(r.lateness_ms["p50"] >= 0 for r in evicting)
 
 
-def test_a_wall_sweep_that_writes_nothing_publishes_nothing(spark, table_path):
-    """A sweep with nothing due makes no commit, so it does not publish: publishing would
-    wait, under the store's lock, for the stream's batch publication under way, and the
-    next batch for the lock (seconds a batch, measured). One that evicts publishes."""
-    conf = from_dict({"store": {"name": "ev", "path": table_path, "ttl": "60s"},
-                      "kafka": {"input_topic": "x", "changelog_topic": "y"},
-                      "stream": {"checkpoint": "unused"}})
-    store = make_store(spark, table_path, ttl=60_000)
-    store.apply_records(recs((b"a", b"v", NOW)))
-    published = []
-    jobs = schedule.StoreJobs(store, conf, publish=lambda: published.append(1))
-    assert jobs.wall_sweep().nothing_due is not None and published == []
-    store.wall_clock.set(NOW + 120_000)
-    assert jobs.wall_sweep().evicted == 1 and published == [1]
-
-
 def test_a_standalone_sweep_skips_while_another_process_holds_the_lease(spark, table_path):
     store = make_store(spark, table_path)
     stream_lease = Lease(spark, table_path, duration_ms=60_000, holder="stream-job")

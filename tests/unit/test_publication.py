@@ -65,3 +65,18 @@ def test_a_failed_background_publication_stops_the_stream_and_is_raised_to_every
     with pytest.raises(RuntimeError):
         publication.after_current()
     assert publisher.calls == []  # nothing published past the failure
+
+
+def test_a_scheduled_job_does_not_wait_for_a_batchs_publication_under_way():
+    """``unless_busy`` (a wall sweep's, under the store's lock): while a batch's
+    publication runs it returns at once and publishes nothing (the stream's next batch
+    would otherwise wait for the lock that long); once none runs, it publishes."""
+    publisher, done = _Publisher(), []
+    publication = Publication(publisher, on_published=lambda r: None,
+                              on_failure=lambda exc: pytest.fail(str(exc)))
+    publication.behind(_written(5), 5, BatchPhases(), done.append)
+    assert publication.unless_busy() is None and publisher.calls == []
+    publisher.release.set()
+    publication.wait()
+    assert publication.unless_busy().records == 1
+    assert publisher.calls == ["known 5", "feed"]
