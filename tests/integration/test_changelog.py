@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -642,18 +643,34 @@ def test_a_partitions_producer_fences_an_older_one_of_that_partition(kafka, kcon
     assert sorted(m.key() for m in msgs) == sorted(keys)
 
 
+def test_a_partitions_share_over_a_transaction_commits_its_progress_at_each_version(
+        kafka, kconf):
+    """A partition's share larger than a transaction spans transactions, each with the
+    partition's progress up to the last version it completes: a task run again after one
+    of them starts after it, never sending an older version after a newer one."""
+    keys = _keys_of(0, 5)
+    runs = _partition_runs(0, {0: keys[:2], 1: keys[2:4], 2: keys[4:]})
+    job = _partition_job(kafka, kconf, end=2)
+    job = partitioned.Job(**{**job.__dict__, "max_records_per_transaction": 2})
+    assert partitioned.publish_partition(0, runs, job)["records"] == 5
+    marks = consume_all(kafka.bootstrap_servers, topic.progress_topic(kconf.changelog_topic), 3)
+    assert [json.loads(m.value())["version"] for m in marks] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("publish_from", ["executors", "driver"])
 def test_publication_from_the_executors_resumes_where_each_partition_stopped(
-        spark, kafka, kconf, table_path):
+        spark, kafka, kconf, table_path, publish_from):
     """A crash after some partitions published a version and before the driver's progress
     record: the next publication gives those partitions nothing again, the others their
-    records, and the driver's record then covers every partition."""
+    records, and the driver's record then covers every partition (a publisher from the
+    driver too: it computes each key's partition while some are ahead)."""
     store = make_store(spark, table_path)
     keys = [f"key-{i}".encode() for i in range(30)]
     store.apply_records([InputRecord(k, b"v", NOW, (), 0, i) for i, k in enumerate(keys)])
     mine = [k for k in keys if partition_of(k, 3) == 0]
     partitioned.publish_partition(0, _partition_runs(0, {1: mine}),
                                   _partition_job(kafka, kconf, end=1))
-    pub = publisher(spark, store, kconf, kafka, publish_from="executors")
+    pub = publisher(spark, store, kconf, kafka, publish_from=publish_from)
     assert pub.progress.ahead == {0: 1}
     result = pub.publish()
     assert result.records == len(keys) - len(mine)

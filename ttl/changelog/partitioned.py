@@ -128,30 +128,54 @@ def with_partition(batches: Iterable, *, partitions: int) -> Iterator:
 
 
 def publish_partitions(batches: Iterable, *, job: Job) -> Iterator:
-    """``mapInArrow``: a task's rows (``with_partition``'s, each partition's in version
-    order) -> one row of ``RESULT_DDL`` per changelog partition it published."""
+    """``mapInArrow``: a task's rows (``with_partition``'s, ordered by partition, then
+    version) -> one row of ``RESULT_DDL`` per changelog partition it published. Each
+    partition is published as its rows stream in, so a task never holds more than a batch
+    of them (a re-seed of a large table onto one partition included)."""
     import pyarrow as pa
 
-    runs: dict[int, list] = {}
-    for batch in batches:
-        parts = batch.column(PARTITION).to_pylist()
-        versions = batch.column("_commit_version").to_pylist()
-        first = 0
-        for i in range(1, len(parts) + 1):
-            if i == len(parts) or (parts[i], versions[i]) != (parts[first], versions[first]):
-                runs.setdefault(parts[first], []).append(
-                    (versions[first], batch.slice(first, i - first)))
-                first = i
-    results = [publish_partition(p, runs[p], job) for p in sorted(runs)]
+    runs = _runs(batches)
+    pending = next(runs, None)
+    results = []
+    while pending is not None:
+        partition = pending[0]
+
+        def of_partition(partition: int = partition) -> Iterator[tuple[int, object]]:
+            nonlocal pending
+            while pending is not None and pending[0] == partition:
+                yield pending[1], pending[2]
+                pending = next(runs, None)
+
+        share = of_partition()
+        results.append(publish_partition(partition, share, job))
+        for _ in share:  # what a partition that had it all already did not read
+            pass
     if results:
         yield pa.RecordBatch.from_pylist(results, schema=pa.schema([
             ("partition", pa.int32()), ("records", pa.int64()), ("puts", pa.int64()),
             ("tombstones", pa.int64()), ("skipped", pa.int64())]))
 
 
-def publish_partition(partition: int, runs: list, job: Job) -> dict:
+def _runs(batches: Iterable) -> Iterator[tuple[int, int, object]]:
+    """``(partition, Delta version, rows)`` runs of consecutive rows, in the rows' order."""
+    for batch in batches:
+        parts = batch.column(PARTITION).to_pylist()
+        versions = batch.column("_commit_version").to_pylist()
+        first = 0
+        for i in range(1, len(parts) + 1):
+            if i == len(parts) or (parts[i], versions[i]) != (parts[first], versions[first]):
+                yield parts[first], versions[first], batch.slice(first, i - first)
+                first = i
+
+
+def publish_partition(partition: int, runs: Iterable, job: Job) -> dict:
     """Publish ``runs`` (``(Delta version, rows)`` in version order, all of changelog
-    partition ``partition``) with the partition's own producer (module docstring)."""
+    partition ``partition``) with the partition's own producer (module docstring).
+
+    A share larger than ``max_records_per_transaction`` spans transactions; each one
+    that ends after a version is complete carries the partition's progress up to that
+    version, so a task run again after one of them starts after it (never sending an
+    older version after a newer one); only the version under way is repeated whole."""
     from confluent_kafka import Consumer, Producer
 
     counts = {"partition": partition, "records": 0, "puts": 0, "tombstones": 0,
@@ -163,14 +187,21 @@ def publish_partition(partition: int, runs: list, job: Job) -> dict:
                          "enable.auto.commit": False, "isolation.level": "read_committed",
                          "enable.partition.eof": True, "log_level": QUIET})
     try:
-        held = read_progress_with(consumer, job.progress_topic).partition_version(
+        held = read_progress_with(consumer, job.progress_topic,
+                                  tail=progress_tail(job.partitions)).partition_version(
             partition)
     finally:
         consumer.close()
     last = job.end + job.offset
     if held >= last:
-        counts["skipped"] = sum(rows.num_rows for _, rows in runs)
+        for _, rows in runs:
+            counts["skipped"] += rows.num_rows
         return counts
+
+    def progress(version: int) -> None:
+        produce(producer, job.progress_topic, partition_key(partition),
+                partition_record(job.store, partition, version, job.now_ms), [], 0)
+
     producer.begin_transaction()
     in_txn = 0
     for version, rows in runs:
@@ -178,6 +209,12 @@ def publish_partition(partition: int, runs: list, job: Job) -> dict:
         if at <= held:
             counts["skipped"] += rows.num_rows
             continue
+        if in_txn >= job.max_records_per_transaction:
+            if at - 1 > held:  # every version before this one is in the transaction
+                progress(at - 1)
+            producer.commit_transaction(job.commit_timeout_s)
+            producer.begin_transaction()
+            in_txn = 0
         facts = job.versions[version]
         for key, value, headers in fmt.records(rows, at, facts.stream_time,
                                                facts.removal(rows)):
@@ -185,13 +222,18 @@ def publish_partition(partition: int, runs: list, job: Job) -> dict:
             counts["records"] += 1
             counts["tombstones" if value is None else "puts"] += 1
             in_txn += 1
-            if in_txn >= job.max_records_per_transaction:
-                # Progress moves only at the range's end: after a crash the partition's
-                # share is published again whole (repeated, never skipped).
+            if in_txn >= 2 * job.max_records_per_transaction:
+                # Mid-version (a huge one): no progress, the version is repeated whole
+                # after a crash (repeated, never skipped).
                 producer.commit_transaction(job.commit_timeout_s)
                 producer.begin_transaction()
                 in_txn = 0
-    produce(producer, job.progress_topic, partition_key(partition),
-            partition_record(job.store, partition, last, job.now_ms), [], 0)
+    progress(last)
     producer.commit_transaction(job.commit_timeout_s)
     return counts
+
+
+def progress_tail(partitions: int) -> int:
+    """How many offsets at the progress topic's end hold its last driver's record: each
+    range of versions adds a record and a commit marker per partition, then the driver's."""
+    return 200 + 4 * partitions

@@ -79,7 +79,8 @@ class Progress:
         return replace(self, input_offsets=dict(self.input_offsets), ahead=dict(self.ahead))
 
 
-def read_progress(kafka: KafkaClients, topic: str, timeout: float = 30.0) -> Progress:
+def read_progress(kafka: KafkaClients, topic: str, timeout: float = 30.0,
+                  tail: int = 200) -> Progress:
     """The last committed progress record (``read_committed``), or a fresh ``Progress`` for
     an empty topic, with the partitions ahead of it (``Progress.ahead``).
 
@@ -89,21 +90,24 @@ def read_progress(kafka: KafkaClients, topic: str, timeout: float = 30.0) -> Pro
     """
     consumer = kafka.consumer(**{"enable.partition.eof": True})
     try:
-        return read_progress_with(consumer, topic, timeout)
+        return read_progress_with(consumer, topic, timeout, tail)
     finally:
         consumer.close()
 
 
-def read_progress_with(consumer, topic: str, timeout: float = 30.0) -> Progress:
+def read_progress_with(consumer, topic: str, timeout: float = 30.0,
+                       tail: int = 200) -> Progress:
     """``read_progress`` through a ``read_committed`` consumer (``enable.partition.eof``)
-    the caller made and closes: an executor's, from plain client settings."""
+    the caller made and closes: an executor's, from plain client settings. ``tail``: how
+    many offsets at the end to read first (more for a changelog of many partitions,
+    ``partitioned.progress_tail``)."""
     deadline = time.monotonic() + timeout
     low, high = watermark_offsets(consumer, topic, 0, deadline)
-    # The last 200 offsets hold the last progress, unless aborted transactions (records a
+    # The last offsets hold the last progress, unless aborted transactions (records a
     # committed reader skips, and their markers) or many partitions' records filled them:
     # then the whole (compacted, small) topic. A partition's record ahead of the driver's
     # comes after it, so a read that finds the driver's last record finds those too.
-    for start in dict.fromkeys((max(low, high - 200), low)):
+    for start in dict.fromkeys((max(low, high - tail), low)):
         if high <= start:
             break
         last, partitions, seen = _last_progress(consumer, topic, start, high, deadline,

@@ -44,6 +44,7 @@ from ttl import delta_log
 from ttl.arrow import arrow_batches
 from ttl.changelog import continuity, partitioned
 from ttl.changelog import format as fmt
+from ttl.changelog.partitioning import partition_of
 from ttl.changelog.progress import PROGRESS_KEY, Progress, read_progress
 from ttl.changelog.reader import convert, end_offsets, latest_per_key, read_topic
 from ttl.clock import Clock, WallClock
@@ -125,7 +126,8 @@ class Publisher:
             "transactional.id": publisher_transactional_id(store_name), **self.settings})
         self.fenced = False  # a newer publisher of this store took over: this one is done
         self.from_executors = publishes_from_executors(changelog, spark)
-        self.progress = read_progress(kafka, self.progress_topic)
+        self.progress = read_progress(kafka, self.progress_topic,
+                                      tail=partitioned.progress_tail(self._partition_count()))
         # Changelog version = Delta version + offset (``fmt.version_offset``); the progress
         # and every ``PublishResult`` speak changelog versions.
         self._read_table()
@@ -463,15 +465,22 @@ class Publisher:
         """Produce ``runs`` (``(version, rows)`` in version order, ``_version_runs``)."""
         pending = next(runs, None)
         in_txn = 0
+        # Partitions the executors published past the progress (a crash between their
+        # commits and the driver's record): what they hold is not sent to them again.
+        ahead = dict(self.progress.ahead)
+        count = self._partition_count() if ahead else 0
         self.producer.begin_transaction()
         for version in range(start, end + 1):
             meta = metadata.get(version, {})
             self._carry(meta)
             removal = _removal(meta, lambda meta=meta: expired_keys(self.spark, self.path,
                                                                     meta))
+            at = version + self.offset
             while pending is not None and pending[0] == version:
-                for key, value, headers in fmt.records(pending[1], version + self.offset,
+                for key, value, headers in fmt.records(pending[1], at,
                                                        self.progress.stream_time, removal):
+                    if ahead and at <= ahead.get(partition_of(key, count), -1):
+                        continue
                     self._produce(self.topic, key, value, headers)
                     in_txn += 1
                     result.records += 1
@@ -514,6 +523,8 @@ class Publisher:
     def _commit(self, with_progress: bool = True) -> None:
         if with_progress:
             self.progress.table_id = self.table_id  # published from this table from now on
+            self.progress.ahead = {p: v for p, v in self.progress.ahead.items()
+                                   if v > self.progress.version}
             self._produce(self.progress_topic, PROGRESS_KEY,
                           self.progress.to_json(self.store, self.clock.now_ms()), [])
         try:
