@@ -136,9 +136,12 @@ def publish_partitions(batches: Iterable, *, job: Job) -> Iterator:
 
     runs = _runs(batches)
     pending = next(runs, None)
-    results = []
+    results, seen = [], set()
     while pending is not None:
         partition = pending[0]
+        if partition in seen:  # its share must come at once (module docstring)
+            raise ValueError(f"changelog partition {partition}'s rows are not contiguous")
+        seen.add(partition)
 
         def of_partition(partition: int = partition) -> Iterator[tuple[int, object]]:
             nonlocal pending

@@ -340,12 +340,14 @@ class Publisher:
         keyed = StructType([*rows.schema.fields,
                             StructField(partitioned.PARTITION, IntegerType(), False)])
         tasks = max(1, min(count, self.spark.sparkContext.defaultParallelism))
-        grouped = (rows.mapInArrow(partial(partitioned.with_partition, partitions=count), keyed)
-                   .repartition(tasks, partitioned.PARTITION))
-        if end > start:  # a partition's versions go out in order (one version: any order)
-            grouped = grouped.sortWithinPartitions(partitioned.PARTITION, "_commit_version")
-        done = (grouped.mapInArrow(partial(partitioned.publish_partitions, job=job),
-                                   partitioned.RESULT_DDL)
+        # Sorted: a task publishes each partition's rows at once (they must be contiguous:
+        # a partition met twice would find its first share's progress and skip the rest),
+        # in version order.
+        done = (rows.mapInArrow(partial(partitioned.with_partition, partitions=count), keyed)
+                .repartition(tasks, partitioned.PARTITION)
+                .sortWithinPartitions(partitioned.PARTITION, "_commit_version")
+                .mapInArrow(partial(partitioned.publish_partitions, job=job),
+                            partitioned.RESULT_DDL)
                 .collect())
         for row in done:
             result.records += row.records
