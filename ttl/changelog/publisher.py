@@ -85,8 +85,9 @@ class PublishResult:
     published_version: int = -1
     table_version: int = -1
     seconds: float = 0.0
-    #: Where its records were produced: ``driver``, ``executors`` (``partitioned``), both
-    #: (a batch's own version from one, the rest from the other), or ``none``.
+    #: Where its records were produced: ``driver``, ``executors`` (``partitioned``), or
+    #: ``none`` (nothing published); one publisher publishes one way (``both`` only if
+    #: that ever changed within one result).
     published_from: str = "none"
 
     def add_from(self, where: str) -> None:

@@ -258,11 +258,17 @@ class DeltaStore:
         (result, final), retries = delta_log.retrying(
             lambda: write(wall, t0, meta), what=f"batch of {self.conf.name}")
         result.retries = retries
-        self.stream_time.advance(final["stream_time"])
-        if result.applied:
-            self.expiry_floor.after_write(result.version_before, result.version,
-                                          result.earliest_expiry)
-            self._warm()
+        try:
+            self.stream_time.advance(final["stream_time"])
+            if result.applied:
+                self.expiry_floor.after_write(result.version_before, result.version,
+                                              result.earliest_expiry)
+                self._warm()
+        except BaseException:
+            held = getattr(result.changes, "release", None)  # rows kept on the executors
+            if held is not None:
+                held()
+            raise
         log.debug("batch v%s: %s", result.version, result.counts.as_dict())
         return result
 
