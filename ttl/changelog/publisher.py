@@ -127,8 +127,12 @@ class Publisher:
             "transactional.id": publisher_transactional_id(store_name), **self.settings})
         self.fenced = False  # a newer publisher of this store took over: this one is done
         self.from_executors = publishes_from_executors(changelog, spark)
+        # The changelog's partition count, asked once: a changed count is refused at start
+        # (``ttl.changelog.topic``), and every key's partition is computed from it.
+        self.partitions = len(self.producer.list_topics(self.topic, timeout=30)
+                              .topics[self.topic].partitions)
         self.progress = read_progress(kafka, self.progress_topic,
-                                      tail=partitioned.progress_tail(self._partition_count()))
+                                      tail=partitioned.progress_tail(self.partitions))
         # Changelog version = Delta version + offset (``fmt.version_offset``); the progress
         # and every ``PublishResult`` speak changelog versions.
         self._read_table()
@@ -146,14 +150,10 @@ class Publisher:
         """Fence every changelog partition's producer (``partitioned``), as the
         executors' publication of an earlier run (a zombie, say) may still hold one: this
         publisher's records of a partition must not be followed by an older one's."""
-        for partition in range(self._partition_count()):
+        for partition in range(self.partitions):
             fence = self.kafka.producer(**{
                 "transactional.id": partition_transactional_id(self.store, partition)})
             fence.init_transactions(60)
-
-    def _partition_count(self) -> int:
-        return len(self.producer.list_topics(self.topic, timeout=30).topics[self.topic]
-                   .partitions)
 
     def _read_table(self) -> None:
         """The table's id, newest version and marks, as they are now."""
@@ -331,7 +331,7 @@ class Publisher:
             meta = metadata.get(version, {})
             self._carry(meta)
             versions[version] = self._facts(meta, known="removal_op" in rows.columns)
-        count = self._partition_count()
+        count = self.partitions
         job = partitioned.Job(
             client=self.kafka.client_config(), producer=self.settings, topic=self.topic,
             progress_topic=self.progress_topic, store=self.store, partitions=count,
@@ -471,7 +471,7 @@ class Publisher:
         # Partitions the executors published past the progress (a crash between their
         # commits and the driver's record): what they hold is not sent to them again.
         ahead = dict(self.progress.ahead)
-        count = self._partition_count() if ahead else 0
+        count = self.partitions
         self.producer.begin_transaction()
         for version in range(start, end + 1):
             meta = metadata.get(version, {})
