@@ -59,7 +59,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.e2e.test_stream_job import DAY, TTL_BIN, produce, table_rows, write_conf
+from tests.e2e.test_stream_job import DAY, TTL_BIN, produce, run_here, table_rows, write_conf
 from ttl.config import load
 from ttl.model import ReferenceStore, Semantics
 from ttl.record import InputRecord
@@ -182,7 +182,7 @@ def run_one(spark, kafka, work: Path, seed: int, *, kills: int = 2, records: int
             _lose_the_store(conf, conf_path, rng, fault)
             result.actions = (result.actions or []) + _recover(conf, conf_path, work, part)
             continue
-        _ttl(conf_path, "run", "--available-now")  # drained: the model is exact here
+        run_here(conf_path)  # drained: the model is exact here
         model.apply_batch(_in_order(pending), now)
         pending = []
         if fault == "sweep":
@@ -199,7 +199,7 @@ def run_one(spark, kafka, work: Path, seed: int, *, kills: int = 2, records: int
             store = table_rows(spark, conf.store.path)
             result.copy_mismatches += sum(1 for k in set(copy) | set(store)
                                           if copy.get(k) != store.get(k))
-    _ttl(conf_path, "run", "--available-now")
+    run_here(conf_path)  # the drains run in this process: the faults are the other runs'
     model.apply_batch(_in_order(pending), now)
     expected = {k: (e.value, e.ts, e.headers) for k, e in model.entries.items()}
     table = table_rows(spark, conf.store.path)

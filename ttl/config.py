@@ -267,6 +267,14 @@ class MaintenanceConfig(_Section):
         return self.publisher_max_lag + self.drill_window
 
 
+def _records_or_auto(value: Any) -> Any:
+    """One message for a bad value (not the union's two)."""
+    if value == "auto" or (isinstance(value, int) and not isinstance(value, bool)
+                           and value > 0):
+        return value
+    raise ValueError(f'a positive number of records, or "auto"; not {value!r}')
+
+
 class StreamConfig(_Section):
     """``on_lost_input``: what a start does when input the store has not read is gone from
     the topic (retention passed): ``stop`` names the lost ranges; ``skip`` goes on from the
@@ -275,7 +283,11 @@ class StreamConfig(_Section):
 
     checkpoint: Location
     trigger: DurationMs = 2_000
-    max_offsets_per_trigger: int = Field(default=100_000, gt=0)
+    #: The records a micro-batch may take: a number, or ``auto``: ``batch_bytes`` of input
+    #: in records of the size the input's newest records have at start (``ttl.batch_size``).
+    max_offsets_per_trigger: Annotated[int | Literal["auto"],
+                                       BeforeValidator(_records_or_auto)] = "auto"
+    batch_bytes: int = Field(default=256 * 2**20, gt=0)
     on_lost_input: Literal["stop", "skip"] = "stop"
     #: Where a batch is folded (``ttl.store.distributed``): ``driver`` (collected to the
     #: driver as Arrow: the fastest in local mode and for small batches), ``executors``

@@ -15,6 +15,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from ttl.batch_size import Sample
 from ttl.config import KafkaConfig
 from ttl.errors import ConfigError, KafkaAccessDenied, KafkaUnreachable
 from ttl.watermarks import watermark_offsets
@@ -169,6 +170,44 @@ class KafkaClients:
                                    f"were not read within {timeout:.0f} s")
         finally:
             consumer.close()
+
+    def newest_records(self, topic: str, per_partition: int = 100,
+                       timeout: float = 10.0) -> Sample:
+        """The bytes (key, value, headers) of up to ``per_partition`` of each partition's
+        newest records, as Spark's Kafka source reads them (``read_uncommitted``): what a
+        batch's records weigh (``ttl.batch_size``). What the ``timeout`` leaves unread is
+        left out; an empty or missing topic gives an empty sample."""
+        from confluent_kafka import TopicPartition
+
+        marks = self.watermarks(topic) or {}
+        starts = {p: max(low, high - per_partition) for p, (low, high) in marks.items()
+                  if high > low}
+        records = size = 0
+        if not starts:
+            return Sample(0, 0)
+        consumer = self.consumer(**{"isolation.level": "read_uncommitted",
+                                    "enable.partition.eof": True})
+        try:
+            consumer.assign([TopicPartition(topic, p, o) for p, o in starts.items()])
+            open_ = set(starts)
+            deadline = time.monotonic() + timeout
+            while open_ and time.monotonic() < deadline:
+                msg = consumer.poll(0.5)
+                if msg is None:
+                    continue
+                if msg.error() is not None:
+                    if msg.error().code() == -191:  # _PARTITION_EOF
+                        open_.discard(msg.partition())
+                    continue
+                if msg.offset() >= marks[msg.partition()][1]:
+                    open_.discard(msg.partition())
+                    continue
+                records += 1
+                size += len(msg.key() or b"") + len(msg.value() or b"") + sum(
+                    len(k.encode()) + len(v or b"") for k, v in msg.headers() or ())
+        finally:
+            consumer.close()
+        return Sample(records, size)
 
     def end_offsets(self, topic: str) -> dict[int, int] | None:
         """Last stable offset per partition, or ``None`` if the topic is missing."""

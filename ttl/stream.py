@@ -34,7 +34,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ttl import commit, delta_log, eviction, input_position, publication, schedule
+from ttl import batch_size, commit, delta_log, eviction, input_position, publication, schedule
 from ttl.bars import bar, move_to
 from ttl.config import Config
 from ttl.errors import (
@@ -136,6 +136,10 @@ class StreamJob:
         self.stopping = threading.Event()
         self.end_offsets: dict[int, int] = {}
         self.input_marks: dict[int, tuple[int, int]] = {}
+        #: The records a batch may take (``stream.max_offsets_per_trigger``; ``auto``'s
+        #: is set at start from the input's records: ``ttl.batch_size``).
+        limit = conf.stream.max_offsets_per_trigger
+        self.batch_records: int = batch_size.MAX_RECORDS if limit == "auto" else limit
         # The whole input position (every partition ever read, not only the last batch's):
         # what each batch commit records, so a new checkpoint or a restore resumes every
         # partition where it was (a partition absent from the last batch is not re-read).
@@ -186,6 +190,7 @@ class StreamJob:
             self.input_marks = self.kafka.watermarks(self.conf.kafka.input_topic) or {}
             if available_now:
                 self.end_offsets = {p: high for p, (_, high) in self.input_marks.items()}
+            self.batch_records = self._batch_bound()
             self.position = self._recorded_position()
             self._refuse_a_checkpoint_ahead()
             skipped = self._lost_input(available_now)
@@ -350,6 +355,29 @@ class StreamJob:
                 f"skip {input_position.describe(skipped)}, which the table never applied "
                 "(a checkpoint from before a restore); nothing was read")
 
+    def _batch_bound(self) -> int:
+        """``stream.max_offsets_per_trigger``, or under ``auto`` ``stream.batch_bytes`` of
+        input in records of the size of the input's newest ones (``ttl.batch_size``), kept
+        to half of ``spark.driver.maxResultSize`` where a large batch is read into the
+        driver (the driver's path: ``local`` masters, or ``stream.batch_path = "driver"``)."""
+        s = self.conf.stream
+        if s.max_offsets_per_trigger != "auto":
+            return s.max_offsets_per_trigger
+        local = self.spark.sparkContext.master.startswith("local")
+        to_driver = s.batch_path == "driver" or (s.batch_path == "auto" and local)
+        limit = None
+        if to_driver:
+            setting = self.spark.sparkContext.getConf().get("spark.driver.maxResultSize", "1g")
+            try:
+                limit = batch_size.spark_bytes(setting)
+            except ValueError as exc:
+                raise ConfigError(f"spark.driver.maxResultSize: {exc}") from None
+        sample = self.kafka.newest_records(self.conf.kafka.input_topic)
+        chosen = batch_size.bound(s.batch_bytes, sample, max_result_bytes=limit)
+        log.info("a batch of %s takes at most %s records (%s)", self.conf.store.name,
+                 f"{chosen.records:,}", chosen.why)
+        return chosen.records
+
     def _start_query(self, available_now: bool, *, fail_on_data_loss: bool = True):
         k, s = self.conf.kafka, self.conf.stream
         reader = (self.spark.readStream.format("kafka")
@@ -358,7 +386,7 @@ class StreamJob:
                   .option("includeHeaders", "true")
                   .option("startingOffsets", self._starting_offsets())
                   .option("failOnDataLoss", str(fail_on_data_loss).lower())
-                  .option("maxOffsetsPerTrigger", s.max_offsets_per_trigger))
+                  .option("maxOffsetsPerTrigger", self.batch_records))
         writer = (reader.load().writeStream.foreachBatch(self._batch)
                   .option("checkpointLocation", s.checkpoint)
                   .queryName(query_name(self.conf.store.name)))
@@ -498,7 +526,7 @@ class StreamJob:
         than in the driver: ``stream.batch_path``; under ``auto``, on a cluster (a master
         that is not ``local``) for a batch of at least ``stream.executor_min_records``
         records, as far as the input's end offsets tell before it is read (an estimate:
-        the batch is at most ``stream.max_offsets_per_trigger``)."""
+        the batch is at most ``batch_records``)."""
         s = self.conf.stream
         if s.batch_path != "auto":
             return s.batch_path == "executors"
@@ -511,7 +539,7 @@ class StreamJob:
                       exc_info=True)
             return True
         waiting = input_position.waiting(self.position, marks)
-        return min(waiting, s.max_offsets_per_trigger) >= s.executor_min_records
+        return min(waiting, self.batch_records) >= s.executor_min_records
 
     def _batch_done(self, batch_id: int, result, evicted: dict, published, phases,
                     jobs: dict, own: float, offsets: dict[str, int],

@@ -329,14 +329,15 @@ def run_ttl(conf_path: Path, records: int, label: str, broker_pid: int | None = 
     """``ttl run --available-now`` as a user runs it; figures from its ``ttl.batch`` lines.
     With ``jfr``, its JVM records a Java Flight Recording there (``jvm_profile``)."""
     err_path = conf_path.parent / f"{label}.stderr"
-    if jfr is not None:  # the bench profile ends with its [spark.settings] table
+    if jfr is not None:  # the bench profile has one [spark.settings] table
         text = conf_path.read_text()
-        assert re.findall(r"^\[.+\]$", text, re.M)[-1] == "[spark.settings]", conf_path
+        assert text.count("\n[spark.settings]\n") == 1, conf_path
         assert "spark.driver.extraJavaOptions" not in text, conf_path
         jfr.unlink(missing_ok=True)  # never summarize an earlier run's recording
         conf_path = conf_path.with_name(f"{conf_path.stem}-{label}-jfr.toml")
-        conf_path.write_text(
-            f'{text}\n"spark.driver.extraJavaOptions" = "{jvm_profile.jfr_option(jfr)}"\n')
+        conf_path.write_text(text.replace(
+            "\n[spark.settings]\n", "\n[spark.settings]\n"
+            f'"spark.driver.extraJavaOptions" = "{jvm_profile.jfr_option(jfr)}"\n'))
     cmd = [sb.TTL_BIN, "run", "--conf", str(conf_path), "--available-now"]
     started = time.monotonic()
     with err_path.open("w") as err:
@@ -369,12 +370,21 @@ def run_ttl(conf_path: Path, records: int, label: str, broker_pid: int | None = 
         per = 100_000 / sum(b["records_in"] for b in batches[1:])
         cpu_window.update({k: v * per for k, v in cpu_window.items()
                            if k not in ("busy_cores", "seconds")})
+    # The second half of the batches alone: a fresh JVM still compiles (JIT) its code
+    # through the first minutes, which a long-running stream pays once.
+    half = len(lines) // 2
+    cpu_warm = cpu.window(lines[half][0], lines[-1][0]) if len(lines) >= 6 else None
+    if cpu_warm is not None:
+        per = 100_000 / sum(b["records_in"] for b in batches[half + 1:])
+        cpu_warm.update({k: v * per for k, v in cpu_warm.items()
+                         if k not in ("busy_cores", "seconds")})
+    if cpu_window is not None:
         if jfr is not None:  # the JVM writes its recording as it exits, after ttl's Python
             jvm_profile.wait_for_exit(jvms)
             print(jvm_profile.line(jvm_profile.summarize(jfr, lines[0][0], lines[-1][0])),
                   flush=True)
     return Run("ttl", records, list(zip(sizes, durations, strict=True)), wall,
-               batches=batches, cpu=cpu_window)
+               batches=batches, cpu=cpu_window, cpu_warm=cpu_warm)
 
 
 def _progress_batches(query) -> list[tuple[int, float]]:

@@ -14,6 +14,9 @@ over each in every set-up, one after the other, each on a store of its own
 * **executors**: the standalone cluster, every batch folded and written on the
   executors (``stream.batch_path = "executors"``, ``ttl.store.distributed``), and
   published from there (``changelog.publish_from``'s ``auto`` on a cluster);
+* **driver-local-auto**, **executors-auto**: the same as ``driver-local`` and ``executors``
+  with ``max_offsets_per_trigger = "auto"`` (``ttl.batch_size``; ``batch_bytes`` 256 MiB
+  and, on the cluster, 1 GiB): batches as large as memory allows, against ``--batch``'s;
 * **executors-publish-driver**: the same, published from the driver
   (``changelog.publish_from = "driver"``: the change rows collected to it);
 * **driver-cluster**: the standalone cluster, batches collected to the driver (what the
@@ -56,6 +59,10 @@ CLUSTER_SETTINGS = """\
 """
 
 
+#: ``max_offsets_per_trigger = "auto"`` (``ttl.batch_size``), for the ``-auto`` set-ups.
+AUTO = '"auto"'
+
+
 def setups(cluster: LocalSparkCluster, s3: LocalObjectStore) -> dict[str, dict]:
     on_cluster = f'{CLUSTER_SETTINGS}[spark]\nmaster = "{cluster.master_url}"\n'
     on_s3 = "".join(f'"{k}" = "{v}"\n' for k, v in {
@@ -63,7 +70,11 @@ def setups(cluster: LocalSparkCluster, s3: LocalObjectStore) -> dict[str, dict]:
     return {
         "driver-local": {"stream_extra": 'batch_path = "driver"',
                          "extra": '[spark]\nmaster = "local[2]"\n'},
+        "driver-local-auto": {"stream_extra": 'batch_path = "driver"', "max_offsets": AUTO,
+                              "extra": '[spark]\nmaster = "local[2]"\n'},
         "executors": {"stream_extra": 'batch_path = "executors"', "extra": on_cluster},
+        "executors-auto": {"stream_extra": 'batch_path = "executors"\nbatch_bytes = 1073741824',
+                           "max_offsets": AUTO, "extra": on_cluster},
         "executors-publish-driver": {
             "stream_extra": 'batch_path = "executors"',
             "extra": on_cluster + '[changelog]\npublish_from = "driver"\n'},
@@ -74,13 +85,17 @@ def setups(cluster: LocalSparkCluster, s3: LocalObjectStore) -> dict[str, dict]:
     }
 
 
-def driver_cpu(run: compare.Run) -> str:
-    """The driver's CPU-seconds per 100k records: ttl's Python and its JVM, and their sum."""
-    cpu = run.extra["cpu"]
+def driver_cpu(run: compare.Run, key: str = "cpu") -> str:
+    """The driver's CPU-seconds per 100k records: ttl's Python and its JVM (its GC and JIT
+    compiler threads apart), and their sum; ``cpu_warm``: over the second half of the
+    batches only."""
+    cpu = run.extra.get(key)
     if cpu is None:
         return "n/a"
     python, jvm = cpu.get("ttl's Python", 0.0), cpu.get("its JVM", 0.0)
-    return f"{python + jvm:.2f} (Python {python:.2f}, JVM {jvm:.2f})"
+    gc, jit = cpu.get("its JVM: GC", 0.0), cpu.get("its JVM: JIT", 0.0)
+    return (f"{python + jvm:.2f} (Python {python:.2f}, JVM {jvm:.2f}: GC {gc:.2f}, "
+            f"JIT {jit:.2f}, the rest {jvm - gc - jit:.2f})")
 
 
 def main() -> None:
@@ -90,6 +105,9 @@ def main() -> None:
     parser.add_argument("--only", help="a comma list of set-ups to run (default: all)")
     parser.add_argument("--batch", type=int, default=compare.MAX_OFFSETS,
                         help="max_offsets_per_trigger (default 100000)")
+    parser.add_argument("--workloads", default="W1,W2", help="W1, W2 or both (default)")
+    parser.add_argument("--jfr", type=Path, metavar="DIR",
+                        help="record each run's driver JVM (jvm_profile) into DIR")
     args = parser.parse_args()
 
     machine_facts()
@@ -109,8 +127,9 @@ def main() -> None:
         confs = {}
         for label, profile in chosen.items():
             on_s3 = profile.pop("s3", False)
+            batch = profile.pop("max_offsets", args.batch)
             conf = sb.write_conf(work, kafka, trigger="1s", sweep_interval="10s",
-                                 lease="30s", max_offsets=args.batch, **profile)
+                                 lease="30s", max_offsets=batch, **profile)
             if on_s3:  # the store and checkpoint the profile put in its directory: on S3
                 bucket = s3.create_bucket(f"bench{len(confs)}")
                 conf.write_text(conf.read_text()
@@ -126,21 +145,29 @@ def main() -> None:
         results: dict[str, dict[str, compare.Run]] = {}
         pid = kafka.process.pid if kafka.process else None
         for workload, updates in (("W1", False), ("W2", True)):
+            if workload not in args.workloads.split(","):
+                continue
             seconds = compare.produce(kafka.bootstrap_servers, topic, n, updates=updates,
                                       seed=args.seed)
             print(f"\n{workload}: produced {n:,} records in {seconds:.1f} s", flush=True)
             for label, conf in confs.items():
-                run = compare.run_ttl(conf, n, f"{workload}-{label}", pid)
+                jfr = None
+                if args.jfr is not None:
+                    args.jfr.mkdir(parents=True, exist_ok=True)
+                    jfr = args.jfr.resolve() / f"{workload}-{label}.jfr"
+                run = compare.run_ttl(conf, n, f"{workload}-{label}", pid, jfr)
                 run.system = label
                 results.setdefault(workload, {})[label] = run
                 print(run.line(workload), flush=True)
                 sb.print_phases(run.extra["batches"])
-                print(f"  driver CPU-s per 100k records: {driver_cpu(run)}", flush=True)
+                print(f"  driver CPU-s per 100k records: {driver_cpu(run)}; over the "
+                      f"second half of the batches: {driver_cpu(run, 'cpu_warm')}", flush=True)
         print("\n== summary (one run, this machine) ==")
         for workload, runs in results.items():
             first = next(iter(runs.values()))
             for run in runs.values():
                 print(f"{run.line(workload)}\n      driver CPU-s/100k {driver_cpu(run)}, "
+                      f"second half {driver_cpu(run, 'cpu_warm')}, "
                       f"rate {compare.ratio(run.rate, first.rate)} of {first.system}")
     finally:
         cluster.stop()

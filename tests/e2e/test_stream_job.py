@@ -1,4 +1,8 @@
-"""The streaming job as a user runs it (``ttl run`` in a subprocess) against the real broker."""
+"""The streaming job as a user runs it (``ttl run`` in a subprocess) against the real broker.
+
+The runs that only set a scenario up, or whose figures are what a test checks, run in this
+process (``run_here``), sparing a Spark start each; whatever is about the command line
+itself (exit codes, one-line errors, signals, a second process) runs as ``ttl``."""
 
 from __future__ import annotations
 
@@ -16,6 +20,8 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.support import clients, consume_all, rebuild_from_changelog, wait_until
+from ttl import commands
+from ttl.app import App
 from ttl.changelog import topic
 from ttl.changelog.progress import read_progress
 from ttl.config import load
@@ -99,6 +105,14 @@ def ttl(*args: str, timeout: int = 300, **kw) -> subprocess.CompletedProcess:
                           **kw)
 
 
+def run_here(conf_path: Path) -> str:
+    """``ttl run --available-now`` in this process, on the suite's Spark session: what the
+    command line prints. For the runs that set a scenario up or check its figures; the
+    command line's own behaviour (exit codes, one-line errors, signals) is tested through
+    ``ttl``, in a process of its own."""
+    return commands.run(load(conf_path), available_now=True)
+
+
 def table_rows(spark, path: str) -> dict[bytes, tuple]:
     return {bytes(r.key): (bytes(r.value), r.ts,
                            tuple((h.key, None if h.value is None else bytes(h.value))
@@ -173,8 +187,7 @@ def test_kill_9_mid_run_then_restart_equals_the_model_and_applies_no_batch_twice
     assert first.poll() is None, "the job finished before it could be killed"
     os.killpg(first.pid, signal.SIGKILL)
     first.wait()
-    proc = ttl("run", "--conf", str(conf_path), "--available-now")
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    run_here(conf_path)
     model = ReferenceStore(Semantics(ttl=DAY))
     ordered = sorted(records, key=lambda r: (r.partition, r.offset))
     model.apply_batch(ordered, now)
@@ -244,15 +257,18 @@ def test_sigterm_stops_cleanly_with_everything_published(spark, kafka, tmp_path)
 
 def test_idle_input_keys_expire_with_tombstones_while_no_records_arrive(spark, kafka,
                                                                        tmp_path):
-    conf_path = write_conf(tmp_path, kafka, ttl="45s")  # outlives the job's start-up
+    conf_path = write_conf(tmp_path, kafka, ttl="20s")  # outlives a batch, even under load
     conf = load(conf_path)
-    now = int(time.time() * 1000)
-    produce(kafka, conf_path, [InputRecord(b"idle-a", b"v", now, (), 0, 0),
-                               InputRecord(b"idle-b", b"v", now, (), 1, 0)])
-    log = (tmp_path / "job.log").open("w")
+    log_path = tmp_path / "job.log"
+    log = log_path.open("w")
     job = subprocess.Popen([TTL_BIN, "run", "--conf", str(conf_path)],
                            stdout=log, stderr=subprocess.STDOUT)
-    try:
+    try:  # the records once the stream runs: their 20 s start after its start-up
+        wait_until(lambda: " started in " in log_path.read_text() or job.poll() is not None,
+                   timeout=180, interval=0.2, what="the stream's start")
+        now = int(time.time() * 1000)
+        produce(kafka, conf_path, [InputRecord(b"idle-a", b"v", now, (), 0, 0),
+                                   InputRecord(b"idle-b", b"v", now, (), 1, 0)])
         msgs = consume_all(kafka.bootstrap_servers, conf.kafka.changelog_topic, 4,
                            timeout=180)
     finally:
@@ -339,10 +355,9 @@ def test_every_class_of_bad_input_is_dead_lettered_with_its_reason_and_the_job_g
         send(b"good-%d" % i, b"g", [], 0, now)
     send(b"edge", b"e" * 921_600, [], 1, now)
     assert failed == []
-    first = ttl("run", "--conf", str(conf_path), "--available-now")
-    assert first.returncode == 0, first.stderr[-4000:]
-    assert f"records={2 * len(bad) + 1} " in first.stdout, first.stdout
-    assert f"rejected={len(bad)} " in first.stdout, first.stdout
+    first = run_here(conf_path)
+    assert f"records={2 * len(bad) + 1} " in first, first
+    assert f"rejected={len(bad)} " in first, first
     dead = spark.read.format("delta").load(conf.store.dead_letters).collect()
     assert sorted(r.reason for r in dead) == sorted(reason for *_, reason in bad)
     assert all(r.detail for r in dead)
@@ -353,9 +368,7 @@ def test_every_class_of_bad_input_is_dead_lettered_with_its_reason_and_the_job_g
     assert {m.key() for m in msgs} == good
     assert {len(m.value()) for m in msgs if m.key() == b"edge"} == {921_600}
     produce(kafka, conf_path, [InputRecord(b"after", b"a", now, (), 1, 0)])
-    second = ttl("run", "--conf", str(conf_path), "--available-now")
-    assert second.returncode == 0, second.stderr[-4000:]
-    assert "records=1 " in second.stdout, second.stdout
+    assert "records=1 " in run_here(conf_path)
 
 
 def test_input_gone_before_it_was_read_stops_naming_it_or_is_skipped_on_request(
@@ -372,8 +385,7 @@ def test_input_gone_before_it_was_read_stops_naming_it_or_is_skipped_on_request(
     now = int(time.time() * 1000)
     produce(kafka, conf_path, [InputRecord(b"a%d" % i, b"v", now, (), i % 2, i // 2)
                                for i in range(10)])
-    first = ttl("run", "--conf", str(conf_path), "--available-now")
-    assert first.returncode == 0, first.stderr[-4000:]
+    run_here(conf_path)
     produce(kafka, conf_path, [InputRecord(b"b%d" % i, b"v", now, (), 0, 5 + i)
                                for i in range(6)])
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
@@ -387,9 +399,8 @@ def test_input_gone_before_it_was_read_stops_naming_it_or_is_skipped_on_request(
     assert "on_lost_input" in stopped.stderr
     conf_path.write_text(conf_path.read_text().replace(
         "[stream]\n", '[stream]\non_lost_input = "skip"\n'))
-    skipped = ttl("run", "--conf", str(conf_path), "--available-now")
-    assert skipped.returncode == 0, skipped.stderr[-4000:]
-    assert "records=3 " in skipped.stdout, skipped.stdout            # b3, b4, b5
+    skipped = run_here(conf_path)
+    assert "records=3 " in skipped, skipped                          # b3, b4, b5
     keys = set(table_rows(spark, conf.store.path))
     assert keys == {b"a%d" % i for i in range(10)} | {b"b3", b"b4", b"b5"}
     audit = [json.loads(r.userMetadata)["lost_input"] for r in spark.sql(
@@ -418,26 +429,22 @@ def test_disaster_recovery_resumes_the_stream_right_after_the_restored_input(
     before = [InputRecord(f"k{i % 30}".encode(), None if i % 9 == 0 else f"a{i}".encode(),
                           now - i, (("i", str(i).encode()),), i % 2, i) for i in range(120)]
     produce(kafka, conf_path, before)
-    first = ttl("run", "--conf", str(conf_path), "--available-now")
-    assert first.returncode == 0, first.stderr[-4000:]
+    run_here(conf_path)
     DeltaTable.forPath(spark, conf.store.path).optimize().executeCompaction()
     no_op = [InputRecord(b"absent", None, now, (), 0, 500)]
     produce(kafka, conf_path, no_op)
-    noop_run = ttl("run", "--conf", str(conf_path), "--available-now")
-    assert noop_run.returncode == 0, noop_run.stderr[-4000:]
-    assert "records=1 " in noop_run.stdout, noop_run.stdout
+    noop_run = run_here(conf_path)
+    assert "records=1 " in noop_run, noop_run
     shutil.rmtree(conf.store.path)                                  # the disaster
     shutil.rmtree(conf.stream.checkpoint)
-    restored = ttl("restore", "--conf", str(conf_path))
-    assert restored.returncode == 0, restored.stderr[-4000:]
-    resumes = next(line for line in restored.stdout.splitlines() if "input resumes at" in line)
-    assert "'0': 61" in resumes and "'1': 60" in resumes, restored.stdout
+    restored = commands.restore(App(conf, spark=spark))
+    resumes = next(line for line in restored.splitlines() if "input resumes at" in line)
+    assert "'0': 61" in resumes and "'1': 60" in resumes, restored
     after = [InputRecord(f"k{i % 45}".encode(), f"b{i}".encode(), now + i, (), i % 2, 200 + i)
              for i in range(60)]
     produce(kafka, conf_path, after)
-    second = ttl("run", "--conf", str(conf_path), "--available-now")
-    assert second.returncode == 0, second.stderr[-4000:]
-    assert f"records={len(after)} " in second.stdout, second.stdout   # no old record again
+    second = run_here(conf_path)
+    assert f"records={len(after)} " in second, second                 # no old record again
     model = ReferenceStore(Semantics(ttl=DAY))
     model.apply_batch(sorted(before, key=lambda r: (r.partition, r.offset)), now)
     model.apply_batch(sorted(after, key=lambda r: (r.partition, r.offset)), now)
@@ -457,16 +464,13 @@ def test_a_new_checkpoint_resumes_every_partition_not_only_the_last_batchs(
     now = int(time.time() * 1000)
     produce(kafka, conf_path, [InputRecord(b"p1", b"old", now, (), 1, 0),
                                InputRecord(b"p0", b"v", now, (), 0, 0)])
-    first = ttl("run", "--conf", str(conf_path), "--available-now")
-    assert first.returncode == 0, first.stderr[-4000:]
+    run_here(conf_path)
     produce(kafka, conf_path, [InputRecord(b"p1", None, now + 1, (), 0, 1)])  # a delete, p0
-    second = ttl("run", "--conf", str(conf_path), "--available-now")
-    assert second.returncode == 0, second.stderr[-4000:]
+    run_here(conf_path)
     shutil.rmtree(conf.stream.checkpoint)                            # checkpoint lost
     produce(kafka, conf_path, [InputRecord(b"new", b"n", now, (), 0, 2)])
-    third = ttl("run", "--conf", str(conf_path), "--available-now")
-    assert third.returncode == 0, third.stderr[-4000:]
-    assert "records=1 " in third.stdout, third.stdout                # p1's put not re-read
+    third = run_here(conf_path)
+    assert "records=1 " in third, third                              # p1's put not re-read
     assert set(table_rows(spark, conf.store.path)) == {b"p0", b"new"}
 
 
@@ -482,13 +486,11 @@ def test_a_regressed_checkpoint_is_refused_not_skipped_as_already_applied(
     conf = load(conf_path)
     now = int(time.time() * 1000)
     produce(kafka, conf_path, [InputRecord(b"a", b"1", now, (), 0, 0)])
-    first = ttl("run", "--conf", str(conf_path), "--available-now")
-    assert first.returncode == 0, first.stderr[-4000:]
+    run_here(conf_path)
     backup = tmp_path / "checkpoint-backup"
     shutil.copytree(conf.stream.checkpoint, backup)
     produce(kafka, conf_path, [InputRecord(b"b", b"1", now, (), 0, 1)])
-    second = ttl("run", "--conf", str(conf_path), "--available-now")
-    assert second.returncode == 0, second.stderr[-4000:]
+    run_here(conf_path)
     shutil.rmtree(conf.stream.checkpoint)
     shutil.copytree(backup, conf.stream.checkpoint)                  # the checkpoint regresses
     produce(kafka, conf_path, [InputRecord(b"c", b"1", now, (), 0, 2)])
@@ -584,3 +586,23 @@ def test_a_second_run_or_the_scheduler_never_fences_the_live_stream(spark, kafka
     text = log_path.read_text()
     assert first.returncode == 0, text[-4000:]
     assert "Fenced" not in text and "lease on" not in text, text[-4000:]
+
+
+def test_auto_batches_take_the_byte_budget_in_records_of_the_inputs_size(spark, kafka,
+                                                                         tmp_path):
+    """``max_offsets_per_trigger = "auto"``: a batch takes ``stream.batch_bytes`` of input,
+    in records of the size the input's newest records have at start (200 B here: 2,000
+    records of 400,000 bytes), so 5,000 records are three or four batches, none larger."""
+    conf_path = write_conf(tmp_path, kafka, max_offsets='"auto"',
+                           stream_extra="batch_bytes = 400000")
+    conf = load(conf_path)
+    now = int(time.time() * 1000)
+    produce(kafka, conf_path, [InputRecord(b"k%07d" % i, b"v" * 192, now, (), i % 2, i // 2)
+                               for i in range(5_000)])
+    assert "records=5000 " in run_here(conf_path)
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{conf.store.path}`").collect()
+    positions = sorted((r.version, json.loads(r.userMetadata)["input_offsets"])
+                       for r in history if r.userMetadata and '"op":"batch"' in r.userMetadata)
+    read = [sum(p.values()) for _, p in positions]
+    sizes = [b - a for a, b in zip([0, *read], read, strict=False)]
+    assert sum(sizes) == 5_000 and 3 <= len(sizes) <= 4 and max(sizes) <= 2_000, sizes

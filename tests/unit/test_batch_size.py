@@ -1,0 +1,59 @@
+"""The bound ``stream.max_offsets_per_trigger = "auto"`` sets on a batch (``ttl.batch_size``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ttl.batch_size import (
+    MAX_RECORDS,
+    MIN_RECORDS,
+    UNSAMPLED_RECORD_BYTES,
+    Sample,
+    bound,
+    spark_bytes,
+)
+from ttl.config import StreamConfig
+
+
+def test_the_bound_is_the_byte_budget_over_the_sampled_record_size():
+    chosen = bound(256 * 2**20, Sample(200, 200 * 256), max_result_bytes=None)
+    assert chosen.records == 2**20
+    assert "stream.batch_bytes 256 MiB" in chosen.why and "256 B a record" in chosen.why
+
+
+def test_a_batch_read_into_the_driver_keeps_to_half_of_its_result_limit():
+    chosen = bound(256 * 2**20, Sample(10, 10 * 1024), max_result_bytes=spark_bytes("256m"))
+    assert chosen.records == 128 * 1024
+    assert "spark.driver.maxResultSize" in chosen.why
+    # 0 is Spark's "unlimited"; a larger limit leaves the budget alone
+    assert bound(2**20, Sample(1, 1024), max_result_bytes=0).records == 1024
+    assert bound(2**20, Sample(1, 1024), max_result_bytes=2**30).records == 1024
+
+
+def test_an_empty_input_assumes_a_record_size_and_the_bound_stays_in_range():
+    assert bound(2**30, Sample(0, 0), max_result_bytes=None).records == \
+        2**30 // UNSAMPLED_RECORD_BYTES
+    assert bound(10, Sample(5, 5_000_000), max_result_bytes=None).records == MIN_RECORDS
+    assert bound(2**40, Sample(5, 5), max_result_bytes=None).records == MAX_RECORDS
+
+
+@pytest.mark.parametrize(("text", "size"), [
+    ("1g", 2**30), ("512m", 512 * 2**20), ("4096", 4096), ("2GB", 2 * 2**30), ("0", 0),
+    (" 64k ", 64 * 2**10)])
+def test_spark_sizes(text, size):
+    assert spark_bytes(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "1.5g", "lots", "12 parsecs"])
+def test_a_size_spark_would_not_read_is_refused(text):
+    with pytest.raises(ValueError, match="not a Spark size"):
+        spark_bytes(text)
+
+
+def test_auto_is_the_default_and_a_number_still_bounds_the_batch():
+    base = {"checkpoint": "/tmp/cp"}
+    assert StreamConfig.model_validate(base).max_offsets_per_trigger == "auto"
+    assert StreamConfig.model_validate(
+        {**base, "max_offsets_per_trigger": 5000}).max_offsets_per_trigger == 5000
+    with pytest.raises(ValueError):
+        StreamConfig.model_validate({**base, "max_offsets_per_trigger": 0})

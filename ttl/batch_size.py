@@ -1,0 +1,84 @@
+"""How many input records a micro-batch may take (``stream.max_offsets_per_trigger``).
+
+A batch's fixed costs (planning and scheduling its Spark jobs, Delta's commit and the
+snapshot after it, a changelog transaction) are paid per batch, so a stream that is behind
+goes faster with larger batches: 500k-record batches ran 1.6-2.5x the records/s of 100k
+ones here (docs/performance.md). A stream that is caught up takes what arrived since its
+last trigger whatever the bound, so a large bound costs it nothing. What bounds a batch is
+memory: on the driver's path the whole batch is read into the driver (Arrow), and Spark
+refuses to collect more than ``spark.driver.maxResultSize``.
+
+So under ``auto`` (the default) the bound is set in bytes, ``stream.batch_bytes`` of
+input (keys, values and headers), and turned into records at each start from the average
+size of the input's newest records; on the driver's path it is also kept to half of
+``spark.driver.maxResultSize``. Pure functions: the stream samples, these decide.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+#: A record's size assumed when the input holds none to sample (a new topic).
+UNSAMPLED_RECORD_BYTES = 1024
+#: Bounds on the records a batch may take under ``auto``, whatever the sizes say: a
+#: batch of tiny records still pays per record, and a batch of huge ones still moves on.
+MIN_RECORDS = 1_000
+MAX_RECORDS = 10_000_000
+#: The share of ``spark.driver.maxResultSize`` a batch read into the driver may take (its
+#: Arrow form is larger than the records' bytes: offsets, timestamps, header lists).
+RESULT_SHARE = 0.5
+
+_UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "m": 2**20, "mb": 2**20, "g": 2**30,
+          "gb": 2**30, "t": 2**40, "tb": 2**40, "p": 2**50, "pb": 2**50}
+
+
+def spark_bytes(text: str) -> int:
+    """A Spark size setting (``1g``, ``512m``, ``1048576``) in bytes; ``0`` is unlimited."""
+    m = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", text)
+    if m is None or m.group(2).lower() not in _UNITS:
+        raise ValueError(f"not a Spark size: {text!r}")
+    return int(m.group(1)) * _UNITS[m.group(2).lower()]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """The input's newest records as read at start: how many, and their bytes."""
+
+    records: int
+    bytes: int
+
+    @property
+    def record_bytes(self) -> float:
+        return self.bytes / self.records if self.records else float(UNSAMPLED_RECORD_BYTES)
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A batch's bound in records, and why (for the start-up's log line)."""
+
+    records: int
+    why: str
+
+
+def bound(batch_bytes: int, sample: Sample, *, max_result_bytes: int | None) -> Bound:
+    """Records per batch for ``batch_bytes`` of input, records of ``sample``'s average
+    size. ``max_result_bytes``: ``spark.driver.maxResultSize`` when a batch may be read
+    into the driver (``None`` when none is, or ``0``: unlimited)."""
+    budget, named = batch_bytes, f"stream.batch_bytes {_size(batch_bytes)}"
+    if max_result_bytes and max_result_bytes * RESULT_SHARE < budget:
+        budget = int(max_result_bytes * RESULT_SHARE)
+        named = f"half of spark.driver.maxResultSize ({_size(max_result_bytes)})"
+    size = max(1.0, sample.record_bytes)
+    records = min(MAX_RECORDS, max(MIN_RECORDS, int(budget / size)))
+    seen = (f"{size:,.0f} B a record over the input's newest {sample.records:,}"
+            if sample.records else f"{UNSAMPLED_RECORD_BYTES:,} B a record assumed (no "
+            "input yet)")
+    return Bound(records, f"{named} at {seen}")
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:g} {unit}"
+    return f"{n} B"
