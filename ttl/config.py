@@ -285,7 +285,7 @@ class StreamConfig(_Section):
     trigger: DurationMs = 2_000
     #: The records a micro-batch may take: a number, or ``auto``: ``batch_bytes`` of input
     #: in records of the size the input's newest records have at start (``ttl.batch_size``).
-    max_offsets_per_trigger: Annotated[int | Literal["auto"],
+    max_offsets_per_trigger: Annotated[Annotated[int, Field(gt=0)] | Literal["auto"],
                                        BeforeValidator(_records_or_auto)] = "auto"
     batch_bytes: int = Field(default=256 * 2**20, gt=0)
     on_lost_input: Literal["stop", "skip"] = "stop"

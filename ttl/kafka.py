@@ -171,15 +171,15 @@ class KafkaClients:
         finally:
             consumer.close()
 
-    def newest_records(self, topic: str, per_partition: int = 100,
-                       timeout: float = 10.0) -> Sample:
+    def newest_records(self, topic: str, marks: dict[int, tuple[int, int]],
+                       per_partition: int = 100, timeout: float = 10.0) -> Sample:
         """The bytes (key, value, headers) of up to ``per_partition`` of each partition's
-        newest records, as Spark's Kafka source reads them (``read_uncommitted``): what a
-        batch's records weigh (``ttl.batch_size``). What the ``timeout`` leaves unread is
-        left out; an empty or missing topic gives an empty sample."""
+        newest records below ``marks`` (``watermarks``: first and last stable offsets), as
+        Spark's Kafka source reads them (``read_uncommitted``): what a batch's records
+        weigh (``ttl.batch_size``). What ``timeout`` leaves unread, and a partition that
+        answers with an error, are left out; an empty topic gives an empty sample."""
         from confluent_kafka import TopicPartition
 
-        marks = self.watermarks(topic) or {}
         starts = {p: max(low, high - per_partition) for p, (low, high) in marks.items()
                   if high > low}
         records = size = 0
@@ -195,9 +195,10 @@ class KafkaClients:
                 msg = consumer.poll(0.5)
                 if msg is None:
                     continue
-                if msg.error() is not None:
-                    if msg.error().code() == -191:  # _PARTITION_EOF
-                        open_.discard(msg.partition())
+                if msg.error() is not None:  # its end (_PARTITION_EOF) or an error
+                    if msg.partition() is None or msg.partition() < 0:
+                        break  # not a partition's: the sample is what was read
+                    open_.discard(msg.partition())
                     continue
                 if msg.offset() >= marks[msg.partition()][1]:
                     open_.discard(msg.partition())

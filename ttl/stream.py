@@ -190,7 +190,8 @@ class StreamJob:
             self.input_marks = self.kafka.watermarks(self.conf.kafka.input_topic) or {}
             if available_now:
                 self.end_offsets = {p: high for p, (_, high) in self.input_marks.items()}
-            self.batch_records = self._batch_bound()
+            with startup.phase("batch_size"):
+                self.batch_records = self._batch_bound()
             self.position = self._recorded_position()
             self._refuse_a_checkpoint_ahead()
             skipped = self._lost_input(available_now)
@@ -356,24 +357,31 @@ class StreamJob:
                 "(a checkpoint from before a restore); nothing was read")
 
     def _batch_bound(self) -> int:
-        """``stream.max_offsets_per_trigger``, or under ``auto`` ``stream.batch_bytes`` of
-        input in records of the size of the input's newest ones (``ttl.batch_size``), kept
-        to half of ``spark.driver.maxResultSize`` where a large batch is read into the
-        driver (the driver's path: ``local`` masters, or ``stream.batch_path = "driver"``)."""
+        """``stream.max_offsets_per_trigger``, or under ``auto`` ``stream.batch_bytes`` in
+        records of the size of the input's newest ones (``ttl.batch_size``), kept to half
+        of ``spark.driver.maxResultSize`` wherever batches that large are read into the
+        driver: ``local`` masters, ``stream.batch_path = "driver"``, and under ``auto`` on
+        a cluster a bound below ``stream.executor_min_records`` (such batches are folded
+        in the driver)."""
         s = self.conf.stream
         if s.max_offsets_per_trigger != "auto":
             return s.max_offsets_per_trigger
+        try:
+            sample = self.kafka.newest_records(self.conf.kafka.input_topic, self.input_marks)
+        except Exception:  # noqa: BLE001 - only an estimate: the assumed size stands in
+            log.warning("could not sample the input's records for the batch size; assuming "
+                        "%d B a record", batch_size.UNSAMPLED_RECORD_BYTES, exc_info=True)
+            sample = batch_size.Sample(0, 0)
+        chosen = batch_size.bound(s.batch_bytes, sample, max_result_bytes=None)
         local = self.spark.sparkContext.master.startswith("local")
-        to_driver = s.batch_path == "driver" or (s.batch_path == "auto" and local)
-        limit = None
-        if to_driver:
+        if s.batch_path == "driver" or (s.batch_path == "auto" and (
+                local or chosen.records < s.executor_min_records)):
             setting = self.spark.sparkContext.getConf().get("spark.driver.maxResultSize", "1g")
             try:
                 limit = batch_size.spark_bytes(setting)
             except ValueError as exc:
                 raise ConfigError(f"spark.driver.maxResultSize: {exc}") from None
-        sample = self.kafka.newest_records(self.conf.kafka.input_topic)
-        chosen = batch_size.bound(s.batch_bytes, sample, max_result_bytes=limit)
+            chosen = batch_size.bound(s.batch_bytes, sample, max_result_bytes=limit)
         log.info("a batch of %s takes at most %s records (%s)", self.conf.store.name,
                  f"{chosen.records:,}", chosen.why)
         return chosen.records

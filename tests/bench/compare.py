@@ -378,9 +378,9 @@ def run_ttl(conf_path: Path, records: int, label: str, broker_pid: int | None = 
         per = 100_000 / sum(b["records_in"] for b in batches[half + 1:])
         cpu_warm.update({k: v * per for k, v in cpu_warm.items()
                          if k not in ("busy_cores", "seconds")})
-    if cpu_window is not None:
-        if jfr is not None:  # the JVM writes its recording as it exits, after ttl's Python
-            jvm_profile.wait_for_exit(jvms)
+    if jfr is not None:  # the JVM writes its recording as it exits, after ttl's Python
+        jvm_profile.wait_for_exit(jvms)  # (and the next run must not overlap it)
+        if len(lines) > 1:
             print(jvm_profile.line(jvm_profile.summarize(jfr, lines[0][0], lines[-1][0])),
                   flush=True)
     return Run("ttl", records, list(zip(sizes, durations, strict=True)), wall,

@@ -257,15 +257,16 @@ def test_sigterm_stops_cleanly_with_everything_published(spark, kafka, tmp_path)
 
 def test_idle_input_keys_expire_with_tombstones_while_no_records_arrive(spark, kafka,
                                                                        tmp_path):
-    conf_path = write_conf(tmp_path, kafka, ttl="20s")  # outlives a batch, even under load
+    conf_path = write_conf(tmp_path, kafka, ttl="30s")  # outlives a batch, even under load
     conf = load(conf_path)
     log_path = tmp_path / "job.log"
     log = log_path.open("w")
     job = subprocess.Popen([TTL_BIN, "run", "--conf", str(conf_path)],
                            stdout=log, stderr=subprocess.STDOUT)
-    try:  # the records once the stream runs: their 20 s start after its start-up
+    try:  # the records once the stream runs: their 30 s start after its start-up
         wait_until(lambda: " started in " in log_path.read_text() or job.poll() is not None,
                    timeout=180, interval=0.2, what="the stream's start")
+        assert job.poll() is None, log_path.read_text()[-4000:]
         now = int(time.time() * 1000)
         produce(kafka, conf_path, [InputRecord(b"idle-a", b"v", now, (), 0, 0),
                                    InputRecord(b"idle-b", b"v", now, (), 1, 0)])
@@ -324,7 +325,8 @@ def test_every_class_of_bad_input_is_dead_lettered_with_its_reason_and_the_job_g
     """Reliability, bad input (README's table, one record per class) and scenario 7 as the
     issue tried it: a 1,000,001-byte value was wedging the job. Each bad record lands in the
     dead-letter table with its reason; the good ones between them are stored and published
-    (a value at the limit too); the run exits 0, and so does the next one."""
+    (a value at the limit too); the run ends well, and so does the next one (in this
+    process: the exit code of a run is the other tests')."""
     conf_path = write_conf(tmp_path, kafka)
     conf = load(conf_path)
     now = int(time.time() * 1000)
@@ -590,11 +592,14 @@ def test_a_second_run_or_the_scheduler_never_fences_the_live_stream(spark, kafka
 
 def test_auto_batches_take_the_byte_budget_in_records_of_the_inputs_size(spark, kafka,
                                                                          tmp_path):
-    """``max_offsets_per_trigger = "auto"``: a batch takes ``stream.batch_bytes`` of input,
-    in records of the size the input's newest records have at start (200 B here: 2,000
-    records of 400,000 bytes), so 5,000 records are three or four batches, none larger."""
+    """``max_offsets_per_trigger = "auto"``: a batch takes ``stream.batch_bytes``, in
+    records of the size the input's newest records have at start plus the overhead the
+    bound counts per record (200 + 256 B here: 2,000 records of 912,000 bytes), so 5,000
+    records are three or four batches, none larger."""
+    from ttl.batch_size import RECORD_OVERHEAD_BYTES
+
     conf_path = write_conf(tmp_path, kafka, max_offsets='"auto"',
-                           stream_extra="batch_bytes = 400000")
+                           stream_extra=f"batch_bytes = {2_000 * (200 + RECORD_OVERHEAD_BYTES)}")
     conf = load(conf_path)
     now = int(time.time() * 1000)
     produce(kafka, conf_path, [InputRecord(b"k%07d" % i, b"v" * 192, now, (), i % 2, i // 2)

@@ -7,6 +7,7 @@ import pytest
 from ttl.batch_size import (
     MAX_RECORDS,
     MIN_RECORDS,
+    RECORD_OVERHEAD_BYTES,
     UNSAMPLED_RECORD_BYTES,
     Sample,
     bound,
@@ -14,27 +15,41 @@ from ttl.batch_size import (
 )
 from ttl.config import StreamConfig
 
+WEIGHT = 256 + RECORD_OVERHEAD_BYTES  # a sampled 256 B record, as the bound weighs it
 
-def test_the_bound_is_the_byte_budget_over_the_sampled_record_size():
+
+def test_the_bound_is_the_byte_budget_over_the_sampled_record_size_and_its_overhead():
     chosen = bound(256 * 2**20, Sample(200, 200 * 256), max_result_bytes=None)
-    assert chosen.records == 2**20
+    assert chosen.records == 256 * 2**20 // WEIGHT
     assert "stream.batch_bytes 256 MiB" in chosen.why and "256 B a record" in chosen.why
+    # tiny records: the overhead keeps their count near the budget's, not millions more
+    assert bound(256 * 2**20, Sample(10, 10), max_result_bytes=None).records == \
+        256 * 2**20 // (1 + RECORD_OVERHEAD_BYTES)
 
 
 def test_a_batch_read_into_the_driver_keeps_to_half_of_its_result_limit():
-    chosen = bound(256 * 2**20, Sample(10, 10 * 1024), max_result_bytes=spark_bytes("256m"))
-    assert chosen.records == 128 * 1024
+    chosen = bound(2**30, Sample(10, 10 * 2**20), max_result_bytes=spark_bytes("256m"))
+    assert chosen.records == 128 * 2**20 // 2**20
     assert "spark.driver.maxResultSize" in chosen.why
     # 0 is Spark's "unlimited"; a larger limit leaves the budget alone
-    assert bound(2**20, Sample(1, 1024), max_result_bytes=0).records == 1024
-    assert bound(2**20, Sample(1, 1024), max_result_bytes=2**30).records == 1024
+    assert bound(2**30, Sample(1, 768), max_result_bytes=0).records == 2**30 // 1024
+    assert bound(2**30, Sample(1, 768), max_result_bytes=2**31).records == 2**30 // 1024
+
+
+def test_the_result_limit_wins_over_the_least_records_a_batch_takes():
+    """1,000 records of 1 MiB would be a batch of 1 GiB, over a 1g result limit: the job
+    would fail at every start. The limit's half wins."""
+    chosen = bound(256 * 2**20, Sample(100, 100 * 2**20), max_result_bytes=spark_bytes("1g"))
+    assert chosen.records == 512
+    assert "spark.driver.maxResultSize" in chosen.why
 
 
 def test_an_empty_input_assumes_a_record_size_and_the_bound_stays_in_range():
     assert bound(2**30, Sample(0, 0), max_result_bytes=None).records == \
-        2**30 // UNSAMPLED_RECORD_BYTES
-    assert bound(10, Sample(5, 5_000_000), max_result_bytes=None).records == MIN_RECORDS
-    assert bound(2**40, Sample(5, 5), max_result_bytes=None).records == MAX_RECORDS
+        2**30 // (UNSAMPLED_RECORD_BYTES + RECORD_OVERHEAD_BYTES)
+    few = bound(10, Sample(5, 5_000_000), max_result_bytes=None)
+    assert few.records == MIN_RECORDS and f"at least {MIN_RECORDS:,}" in few.why
+    assert bound(2**42, Sample(5, 5), max_result_bytes=None).records == MAX_RECORDS
 
 
 @pytest.mark.parametrize(("text", "size"), [
