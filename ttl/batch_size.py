@@ -2,9 +2,10 @@
 
 A batch's fixed costs (planning and scheduling its Spark jobs, Delta's commit and the
 snapshot after it, a changelog transaction) are paid per batch, so a stream that is behind
-goes faster with larger batches: 500k-record batches ran 1.6-2.5x the records/s of 100k
-ones here (docs/performance.md). A stream that is caught up takes what arrived since its
-last trigger whatever the bound, so a large bound costs it nothing. What bounds a batch is
+goes faster with larger batches: batches of 695k records ran 1.49x (new keys) and 1.87x
+(updates) the records/s of 100k ones here (docs/performance.md, Batch size). A stream
+that is caught up takes what arrived since its last trigger whatever the bound, so a large
+bound costs it nothing. What bounds a batch is
 memory: on the driver's path the whole batch is read into the driver (Arrow), and Spark
 refuses to collect more than ``spark.driver.maxResultSize``.
 
@@ -34,9 +35,11 @@ RECORD_OVERHEAD_BYTES = 256
 #: batch of tiny records still pays per record, and a batch of huge ones still moves on.
 MIN_RECORDS = 1_000
 MAX_RECORDS = 10_000_000
-#: The share of ``spark.driver.maxResultSize`` a batch read into the driver may take (its
-#: Arrow form is larger than the records' bytes: offsets, timestamps, header lists).
+#: The share of ``spark.driver.maxResultSize`` a batch read into the driver may take.
 RESULT_SHARE = 0.5
+#: What a record's Arrow form adds to its bytes in the collected batch: its topic,
+#: partition, offset, timestamps and the offsets of its variable-length columns.
+ARROW_RECORD_BYTES = 64
 
 _UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "m": 2**20, "mb": 2**20, "g": 2**30,
           "gb": 2**30, "t": 2**40, "tb": 2**40, "p": 2**50, "pb": 2**50}
@@ -83,13 +86,24 @@ def bound(batch_bytes: int, sample: Sample, *, max_result_bytes: int | None) -> 
         records, named = MIN_RECORDS, f"at least {MIN_RECORDS:,} records"
     elif records > MAX_RECORDS:
         records, named = MAX_RECORDS, f"at most {MAX_RECORDS:,} records"
-    if max_result_bytes and records * size > max_result_bytes * RESULT_SHARE:
-        records = max(1, int(max_result_bytes * RESULT_SHARE / size))
-        named = f"half of spark.driver.maxResultSize ({_size(max_result_bytes)})"
-    seen = (f"{size:,.0f} B a record over the input's newest {sample.records:,}"
-            if sample.records else f"{UNSAMPLED_RECORD_BYTES:,} B a record assumed (no "
-            "input yet)")
+    most = driver_records(sample, max_result_bytes)
+    if most is not None and records > most:
+        records = most
+        named = f"half of spark.driver.maxResultSize ({_size(max_result_bytes or 0)})"
+    seen = (f"{size:,.0f} B + {RECORD_OVERHEAD_BYTES} B a record, over the input's newest "
+            f"{sample.records:,}" if sample.records else
+            f"{UNSAMPLED_RECORD_BYTES:,} B + {RECORD_OVERHEAD_BYTES} B a record assumed (no "
+            "records sampled)")
     return Bound(records, f"{named}, at {seen}")
+
+
+def driver_records(sample: Sample, max_result_bytes: int | None) -> int | None:
+    """The most records of ``sample``'s size a batch read into the driver may hold: half
+    of ``spark.driver.maxResultSize`` in their Arrow form (``None``: no limit)."""
+    if not max_result_bytes:
+        return None
+    weight = max(1.0, sample.record_bytes) + ARROW_RECORD_BYTES
+    return max(1, int(max_result_bytes * RESULT_SHARE / weight))
 
 
 def _size(n: int) -> str:

@@ -283,8 +283,8 @@ class StreamConfig(_Section):
 
     checkpoint: Location
     trigger: DurationMs = 2_000
-    #: The records a micro-batch may take: a number, or ``auto``: ``batch_bytes`` of input
-    #: in records of the size the input's newest records have at start (``ttl.batch_size``).
+    #: The records a micro-batch may take: a number, or ``auto``: ``batch_bytes`` in records
+    #: of the size the input's newest records have at start, plus 256 B (``ttl.batch_size``).
     max_offsets_per_trigger: Annotated[Annotated[int, Field(gt=0)] | Literal["auto"],
                                        BeforeValidator(_records_or_auto)] = "auto"
     batch_bytes: int = Field(default=256 * 2**20, gt=0)

@@ -196,10 +196,11 @@ class KafkaClients:
                 if msg is None:
                     continue
                 if msg.error() is not None:  # its end (_PARTITION_EOF) or an error
-                    if msg.partition() is None or msg.partition() < 0:
-                        break  # not a partition's: the sample is what was read
-                    open_.discard(msg.partition())
-                    continue
+                    if msg.error().fatal():
+                        break  # the sample is what was read
+                    if msg.partition() is not None and msg.partition() >= 0:
+                        open_.discard(msg.partition())
+                    continue  # a client's error (a broker down): until the deadline
                 if msg.offset() >= marks[msg.partition()][1]:
                     open_.discard(msg.partition())
                     continue

@@ -140,6 +140,9 @@ class StreamJob:
         #: is set at start from the input's records: ``ttl.batch_size``).
         limit = conf.stream.max_offsets_per_trigger
         self.batch_records: int = batch_size.MAX_RECORDS if limit == "auto" else limit
+        #: On a cluster under ``batch_path = "auto"``, the most records a batch folded in
+        #: the driver may hold (``None``: no limit known); a larger one goes to the executors.
+        self.driver_records: int | None = None
         # The whole input position (every partition ever read, not only the last batch's):
         # what each batch commit records, so a new checkpoint or a restore resumes every
         # partition where it was (a partition absent from the last batch is not re-read).
@@ -359,10 +362,10 @@ class StreamJob:
     def _batch_bound(self) -> int:
         """``stream.max_offsets_per_trigger``, or under ``auto`` ``stream.batch_bytes`` in
         records of the size of the input's newest ones (``ttl.batch_size``), kept to half
-        of ``spark.driver.maxResultSize`` wherever batches that large are read into the
-        driver: ``local`` masters, ``stream.batch_path = "driver"``, and under ``auto`` on
-        a cluster a bound below ``stream.executor_min_records`` (such batches are folded
-        in the driver)."""
+        of ``spark.driver.maxResultSize`` where every batch is read into the driver
+        (``local`` masters, ``stream.batch_path = "driver"``). On a cluster under
+        ``batch_path = "auto"`` the batches the driver would fold stay under that half
+        instead (``driver_records``: a larger one goes to the executors)."""
         s = self.conf.stream
         if s.max_offsets_per_trigger != "auto":
             return s.max_offsets_per_trigger
@@ -372,16 +375,19 @@ class StreamJob:
             log.warning("could not sample the input's records for the batch size; assuming "
                         "%d B a record", batch_size.UNSAMPLED_RECORD_BYTES, exc_info=True)
             sample = batch_size.Sample(0, 0)
-        chosen = batch_size.bound(s.batch_bytes, sample, max_result_bytes=None)
-        local = self.spark.sparkContext.master.startswith("local")
-        if s.batch_path == "driver" or (s.batch_path == "auto" and (
-                local or chosen.records < s.executor_min_records)):
+        limit = None
+        if s.batch_path != "executors":
             setting = self.spark.sparkContext.getConf().get("spark.driver.maxResultSize", "1g")
             try:
                 limit = batch_size.spark_bytes(setting)
             except ValueError as exc:
                 raise ConfigError(f"spark.driver.maxResultSize: {exc}") from None
-            chosen = batch_size.bound(s.batch_bytes, sample, max_result_bytes=limit)
+        every_batch = s.batch_path == "driver" or (
+            s.batch_path == "auto" and self.spark.sparkContext.master.startswith("local"))
+        chosen = batch_size.bound(s.batch_bytes, sample,
+                                  max_result_bytes=limit if every_batch else None)
+        if s.batch_path == "auto" and not every_batch:
+            self.driver_records = batch_size.driver_records(sample, limit)
         log.info("a batch of %s takes at most %s records (%s)", self.conf.store.name,
                  f"{chosen.records:,}", chosen.why)
         return chosen.records
@@ -533,8 +539,9 @@ class StreamJob:
         """Whether this batch is folded on the executors (``ttl.store.distributed``) rather
         than in the driver: ``stream.batch_path``; under ``auto``, on a cluster (a master
         that is not ``local``) for a batch of at least ``stream.executor_min_records``
-        records, as far as the input's end offsets tell before it is read (an estimate:
-        the batch is at most ``batch_records``)."""
+        records, or of more than ``driver_records`` (half of ``spark.driver.maxResultSize``
+        at the sampled record size), as far as the input's end offsets tell before it is
+        read (an estimate: the batch is at most ``batch_records``)."""
         s = self.conf.stream
         if s.batch_path != "auto":
             return s.batch_path == "executors"
@@ -547,7 +554,9 @@ class StreamJob:
                       exc_info=True)
             return True
         waiting = input_position.waiting(self.position, marks)
-        return min(waiting, self.batch_records) >= s.executor_min_records
+        estimate = min(waiting, self.batch_records)
+        return estimate >= s.executor_min_records or (
+            self.driver_records is not None and estimate > self.driver_records)
 
     def _batch_done(self, batch_id: int, result, evicted: dict, published, phases,
                     jobs: dict, own: float, offsets: dict[str, int],

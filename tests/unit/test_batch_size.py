@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ttl.batch_size import (
+    ARROW_RECORD_BYTES,
     MAX_RECORDS,
     MIN_RECORDS,
     RECORD_OVERHEAD_BYTES,
@@ -29,7 +30,7 @@ def test_the_bound_is_the_byte_budget_over_the_sampled_record_size_and_its_overh
 
 def test_a_batch_read_into_the_driver_keeps_to_half_of_its_result_limit():
     chosen = bound(2**30, Sample(10, 10 * 2**20), max_result_bytes=spark_bytes("256m"))
-    assert chosen.records == 128 * 2**20 // 2**20
+    assert chosen.records == 128 * 2**20 // (2**20 + ARROW_RECORD_BYTES)
     assert "spark.driver.maxResultSize" in chosen.why
     # 0 is Spark's "unlimited"; a larger limit leaves the budget alone
     assert bound(2**30, Sample(1, 768), max_result_bytes=0).records == 2**30 // 1024
@@ -40,7 +41,7 @@ def test_the_result_limit_wins_over_the_least_records_a_batch_takes():
     """1,000 records of 1 MiB would be a batch of 1 GiB, over a 1g result limit: the job
     would fail at every start. The limit's half wins."""
     chosen = bound(256 * 2**20, Sample(100, 100 * 2**20), max_result_bytes=spark_bytes("1g"))
-    assert chosen.records == 512
+    assert chosen.records == 511  # 512 MiB over records of 1 MiB and their Arrow columns
     assert "spark.driver.maxResultSize" in chosen.why
 
 
