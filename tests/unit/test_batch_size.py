@@ -73,3 +73,14 @@ def test_auto_is_the_default_and_a_number_still_bounds_the_batch():
         {**base, "max_offsets_per_trigger": 5000}).max_offsets_per_trigger == 5000
     with pytest.raises(ValueError):
         StreamConfig.model_validate({**base, "max_offsets_per_trigger": 0})
+
+
+def test_the_driver_folds_at_most_half_of_its_result_limit_in_arrow_records():
+    """On a cluster a batch under ``executor_min_records`` is folded in the driver; one of
+    more records than this goes to the executors instead (``StreamJob._on_executors``)."""
+    from ttl.batch_size import driver_records
+
+    assert driver_records(Sample(10, 10 * 40_000), spark_bytes("1g")) == \
+        2**29 // (40_000 + ARROW_RECORD_BYTES)  # 13,400 records of 40 kB: under 20,000
+    assert driver_records(Sample(10, 10 * 40_000), 0) is None  # unlimited
+    assert driver_records(Sample(10, 10 * 40_000), None) is None
