@@ -123,22 +123,23 @@ class Spread:
                         "removal_op")
                 .withColumn("key_hash", F.xxhash64("key")))
 
-    def table_rows(self, wall_ms: int):
-        """The upserts as the store table's rows (its columns, in its order)."""
+    def table_rows(self):
+        """The upserts as the store table's rows (its columns, in its order; ``updated_at``
+        is the batch's wall clock, which the fold wrote on each row)."""
         from pyspark.sql import functions as F
 
-        return (self.changes().where(F.col("kind") == "upsert")
+        return (self.out.where(F.col("kind") == "upsert")
                 .select("key", "value", "ts", "headers", "expires_at",
-                        F.lit(wall_ms).cast("bigint").alias("updated_at"), "key_hash",
-                        "record_ttl"))
+                        F.col("written_at").alias("updated_at"),
+                        F.xxhash64("key").alias("key_hash"), "record_ttl"))
 
-    def rejects(self, wall_ms: int):
+    def rejects(self):
         from pyspark.sql import functions as F
 
         return (self.out.where(F.col("kind") == REJECT)
                 .select("key", "value", "timestamp", "headers", "source_partition",
                         "source_offset", "reason", "detail",
-                        F.lit(wall_ms).cast("bigint").alias("rejected_at")))
+                        F.col("written_at").alias("rejected_at")))
 
     def expired_keys(self):
         from pyspark.sql import functions as F
@@ -310,7 +311,7 @@ def _prepare(spark, path: str, dead_letter_path: str, spread: Spread, version: i
                          earliest_expiry=f.earliest_expiry, version_before=version)
     if f.rejects and "dead_letters" not in done:  # the same records are rejected every time
         with phases.phase("dead_letters"):
-            append_dead_letters(spread.rejects(wall_ms), dead_letter_path, txn)
+            append_dead_letters(spread.rejects(), dead_letter_path, txn)
         done.add("dead_letters")
     aside = f.expired > EXPIRED_KEYS_INLINE
     if aside:
@@ -340,9 +341,9 @@ def _commit(spark, path: str, spread: Spread, result: WriteResult, meta: dict, *
                                   stored=bool(f.stored), upserts=bool(f.upserted),
                                   removes=removes)
         writes = {
-            "append": lambda: append_rows(spread.table_rows(wall_ms), path),
+            "append": lambda: append_rows(spread.table_rows(), path),
             "replace": lambda: replace_rows(
-                spark, path, spread.table_rows(wall_ms),
+                spark, path, spread.table_rows(),
                 spread.changes().select("key_hash", "key") if removes else None),
             "merge": lambda: merge_into(spark, path, spread.changes(), wall_ms),
             "empty": lambda: empty_commit(spark, path, meta),

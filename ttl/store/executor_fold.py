@@ -20,12 +20,15 @@ REJECT, FIGURES = "reject", "figures"  # the ``kind`` of an output row that is n
 
 #: One schema for everything a partition's fold gives back (``kind`` says which columns a
 #: row fills): changes (``upsert``/``delete``: the driver path's change rows), dead
-#: letters (``reject``) and the partition's figures (``figures``: JSON).
+#: letters (``reject``) and the partition's figures (``figures``: JSON). ``written_at``
+#: is the batch's wall clock on every row: the rows' ``updated_at`` and ``rejected_at``
+#: come from it, not from a literal in the batch's plan, which Spark would compile into
+#: new generated code for every batch (its Java source holds a long literal's value).
 OUTPUT_DDL = ("kind STRING, key BINARY, value BINARY, ts BIGINT, "
               "headers ARRAY<STRUCT<key: STRING, value: BINARY>>, expires_at BIGINT, "
               "record_ttl BIGINT, removal_op STRING, timestamp BIGINT, "
               "source_partition INT, source_offset BIGINT, reason STRING, detail STRING, "
-              "figures STRING")
+              "figures STRING, written_at BIGINT")
 
 
 def output_schema():
@@ -38,11 +41,13 @@ def output_schema():
         ("ts", pa.int64()), ("headers", headers_arrow_type()), ("expires_at", pa.int64()),
         ("record_ttl", pa.int64()), ("removal_op", pa.string()), ("timestamp", pa.int64()),
         ("source_partition", pa.int32()), ("source_offset", pa.int64()),
-        ("reason", pa.string()), ("detail", pa.string()), ("figures", pa.string())])
+        ("reason", pa.string()), ("detail", pa.string()), ("figures", pa.string()),
+        ("written_at", pa.int64())])
 
 
-def _padded(table, kind: str | None, schema):
-    """``table``'s columns in the output schema, the others null (``kind`` set if given)."""
+def _padded(table, kind: str | None, schema, written_at: int):
+    """``table``'s columns in the output schema, the others null (``kind`` set if given;
+    ``written_at`` on every row)."""
     import pyarrow as pa
 
     n = table.num_rows
@@ -50,6 +55,8 @@ def _padded(table, kind: str | None, schema):
     for f in schema:
         if f.name == "kind" and kind is not None:
             columns.append(pa.array([kind] * n, pa.string()))
+        elif f.name == "written_at":
+            columns.append(pa.repeat(pa.scalar(written_at, pa.int64()), n))
         elif f.name in table.column_names:
             columns.append(table[f.name].cast(f.type))
         else:
@@ -80,9 +87,10 @@ def fold_partition(batches, *, wall_ms: int, t0: int, sem: Semantics, inline: in
                "stored": stored.num_rows, "rejects": folded.rejects.num_rows,
                "first_offsets": first_offsets(inputs), "next_offsets": next_offsets(inputs),
                "expired_keys": _expired_keys(folded.changes, inline)}
-    for part in (_padded(folded.changes, None, schema),
-                 _padded(folded.rejects, REJECT, schema),
-                 _padded(pa.table({"figures": [json.dumps(figures)]}), FIGURES, schema)):
+    for part in (_padded(folded.changes, None, schema, wall_ms),
+                 _padded(folded.rejects, REJECT, schema, wall_ms),
+                 _padded(pa.table({"figures": [json.dumps(figures)]}), FIGURES, schema,
+                         wall_ms)):
         yield from part.to_batches()
 
 
