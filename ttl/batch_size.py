@@ -5,9 +5,9 @@ snapshot after it, a changelog transaction) are paid per batch, so a stream that
 goes faster with larger batches: batches of 695k records ran 1.49x (new keys) and 1.87x
 (updates) the records/s of 100k ones here (docs/performance.md, Batch size). A stream
 that is caught up takes what arrived since its last trigger whatever the bound, so a large
-bound costs it nothing. What bounds a batch is
-memory: on the driver's path the whole batch is read into the driver (Arrow), and Spark
-refuses to collect more than ``spark.driver.maxResultSize``.
+bound costs it nothing. What bounds a batch is memory: on the driver's path the whole batch
+is read into the driver (Arrow), and Spark refuses to collect more than
+``spark.driver.maxResultSize``.
 
 So under ``auto`` (the default) the bound is set in bytes, ``stream.batch_bytes``, and
 turned into records at each start from the average size of the input's newest records

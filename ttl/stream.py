@@ -359,6 +359,15 @@ class StreamJob:
                 f"skip {input_position.describe(skipped)}, which the table never applied "
                 "(a checkpoint from before a restore); nothing was read")
 
+    def _path_fixed(self) -> str | None:
+        """Where every batch is folded, ``driver`` or ``executors``, when that does not
+        depend on the batch: ``stream.batch_path``, and ``auto`` on a ``local`` master
+        (the driver); ``None``: chosen per batch (``_on_executors``)."""
+        path = self.conf.stream.batch_path
+        if path != "auto":
+            return path
+        return "driver" if self.spark.sparkContext.master.startswith("local") else None
+
     def _batch_bound(self) -> int:
         """``stream.max_offsets_per_trigger``, or under ``auto`` ``stream.batch_bytes`` in
         records of the size of the input's newest ones (``ttl.batch_size``), kept to half
@@ -382,11 +391,10 @@ class StreamJob:
                 limit = batch_size.spark_bytes(setting)
             except ValueError as exc:
                 raise ConfigError(f"spark.driver.maxResultSize: {exc}") from None
-        every_batch = s.batch_path == "driver" or (
-            s.batch_path == "auto" and self.spark.sparkContext.master.startswith("local"))
+        every_batch = self._path_fixed() == "driver"
         chosen = batch_size.bound(s.batch_bytes, sample,
                                   max_result_bytes=limit if every_batch else None)
-        if s.batch_path == "auto" and not every_batch:
+        if self._path_fixed() is None:
             self.driver_records = batch_size.driver_records(sample, limit)
         log.info("a batch of %s takes at most %s records (%s)", self.conf.store.name,
                  f"{chosen.records:,}", chosen.why)
@@ -543,10 +551,9 @@ class StreamJob:
         at the sampled record size), as far as the input's end offsets tell before it is
         read (an estimate: the batch is at most ``batch_records``)."""
         s = self.conf.stream
-        if s.batch_path != "auto":
-            return s.batch_path == "executors"
-        if self.spark.sparkContext.master.startswith("local"):
-            return False
+        fixed = self._path_fixed()
+        if fixed is not None:
+            return fixed == "executors"
         try:
             marks = self.kafka.watermarks(self.conf.kafka.input_topic) or {}
         except Exception:  # noqa: BLE001 - only an estimate: the way that bounds the driver

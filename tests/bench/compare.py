@@ -365,19 +365,20 @@ def run_ttl(conf_path: Path, records: int, label: str, broker_pid: int | None = 
     if batches and "publish_wait" in batches[-1].get("phases_s", {}):
         durations[-1] += batches[-1]["phases_s"].get("publish", 0.0)
     # From the first batch's line (its publication done) to the last one's: batches 1..N ran.
-    cpu_window = cpu.window(lines[0][0], lines[-1][0]) if len(lines) > 2 else None
-    if cpu_window is not None:
-        per = 100_000 / sum(b["records_in"] for b in batches[1:])
-        cpu_window.update({k: v * per for k, v in cpu_window.items()
+    def per_100k(first: int) -> dict[str, float] | None:
+        """CPU from batch ``first``'s line to the last one's, per 100k records of the
+        batches after ``first``."""
+        window = cpu.window(lines[first][0], lines[-1][0])
+        if window is not None:
+            per = 100_000 / sum(b["records_in"] for b in batches[first + 1:])
+            window.update({k: v * per for k, v in window.items()
                            if k not in ("busy_cores", "seconds")})
+        return window
+
+    cpu_window = per_100k(0) if len(lines) > 2 else None
     # The second half of the batches alone: a fresh JVM still compiles (JIT) its code
     # through the first minutes, which a long-running stream pays once.
-    half = len(lines) // 2
-    cpu_warm = cpu.window(lines[half][0], lines[-1][0]) if len(lines) >= 6 else None
-    if cpu_warm is not None:
-        per = 100_000 / sum(b["records_in"] for b in batches[half + 1:])
-        cpu_warm.update({k: v * per for k, v in cpu_warm.items()
-                         if k not in ("busy_cores", "seconds")})
+    cpu_warm = per_100k(len(lines) // 2) if len(lines) >= 6 else None
     if jfr is not None:  # the JVM writes its recording as it exits, after ttl's Python
         jvm_profile.wait_for_exit(jvms)  # (and the next run must not overlap it)
         if len(lines) > 1:
