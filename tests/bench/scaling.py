@@ -59,6 +59,10 @@ CLUSTER_SETTINGS = """\
 """
 
 
+#: The JVM's default JIT, both tiers (``executors-c2``), for a cluster driver, which runs the
+#: first tier only unless told (``ttl.spark.CLUSTER_DRIVER_JIT``).
+C2 = "-XX:TieredStopAtLevel=4"
+
 #: ``max_offsets_per_trigger = "auto"`` (``ttl.batch_size``), for the ``-auto`` set-ups.
 AUTO = '"auto"'
 
@@ -73,6 +77,8 @@ def setups(cluster: LocalSparkCluster, s3: LocalObjectStore) -> dict[str, dict]:
         "driver-local-auto": {"stream_extra": 'batch_path = "driver"', "max_offsets": AUTO,
                               "extra": '[spark]\nmaster = "local[2]"\n'},
         "executors": {"stream_extra": 'batch_path = "executors"', "extra": on_cluster},
+        "executors-c2": {"stream_extra": 'batch_path = "executors"', "extra": on_cluster.replace(
+            CLUSTER_SETTINGS, CLUSTER_SETTINGS + f'"spark.driver.extraJavaOptions" = "{C2}"\n')},
         "executors-auto": {"stream_extra": 'batch_path = "executors"\nbatch_bytes = 1073741824',
                            "max_offsets": AUTO, "extra": on_cluster},
         "executors-publish-driver": {
