@@ -31,26 +31,14 @@ LOG4J2 = CONF_DIR / "log4j2.properties"
 #: records 4.0-4.1 -> 3.4-3.6 (W1); a 60 s trickle's p99 2.64/3.31 s -> 2.68/2.77 s. A
 #: cluster driver (or one under spark-submit, or ``local-cluster``'s) keeps its JVM's
 #: default, and a collector named wherever the driver's JVM takes options from wins
-#: (``_option_named``: two would stop the JVM from starting).
+#: (``_collector_named``: two would stop the JVM from starting).
 LOCAL_DRIVER_GC = "-XX:+UseParallelGC"
-
-#: A cluster driver's JIT compiler stops at its first tier (C1). There the driver plans and
-#: schedules while the executors run the records, and C2, the optimizing tier, spent about
-#: half of its JVM's CPU compiling Spark's planner and Delta, again in every new JVM.
-#: Measured on the executors' path (``tests.bench.scaling --only executors,executors-c1``,
-#: batches of 1.5M records, one run): the driver's CPU per 100k records 0.54 -> 0.37, the
-#: JIT's share 0.20 -> 0.03, at the same records/s (1.02x). Not for a local driver, which is
-#: also the executor: its records need C2's code. A profile's own tier option wins
-#: (``_option_named``).
-CLUSTER_DRIVER_JIT = "-XX:TieredStopAtLevel=1"
 
 #: An option that chooses a collector (naming two stops the JVM from starting). Listed by
 #: name: ``-XX:+UseAdaptiveSizePolicyWithSystemGC`` and the like also end in ``GC`` and
 #: choose none.
 _COLLECTOR = re.compile(
     r"-XX:\+Use(Serial|Parallel|ParallelOld|G1|Z|Shenandoah|Epsilon|ConcMarkSweep)GC\b")
-#: An option that chooses the JIT's tiers.
-_JIT_TIERS = re.compile(r"-XX:(TieredStopAtLevel=|[+-]TieredCompilation\b)")
 #: Where else a local driver's JVM takes options from: Spark's launcher puts
 #: ``SPARK_SUBMIT_OPTS`` on its command line, and the JVM reads the other three itself.
 _JAVA_OPTIONS_ENV = ("SPARK_SUBMIT_OPTS", "JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS",
@@ -69,9 +57,8 @@ def _launcher_conf_dir() -> Path | None:
     return Path(home) / "conf" if home else None
 
 
-def _option_named(settings: dict[str, str], option: re.Pattern) -> bool:
-    """Whether the driver's JVM is given ``option`` already (its collector, its JIT's
-    tiers): in the session's driver
+def _collector_named(settings: dict[str, str]) -> bool:
+    """Whether the driver's JVM is told its collector already: in the session's driver
     options (``extraJavaOptions``; ``defaultJavaOptions``, which Spark's launcher puts
     before them, here or in its ``spark-defaults.conf``: ``_launcher_conf_dir``) or in the
     environment (``_JAVA_OPTIONS_ENV``). The launcher's own ``extraJavaOptions`` are not
@@ -82,7 +69,7 @@ def _option_named(settings: dict[str, str], option: re.Pattern) -> bool:
              settings.get("spark.driver.defaultJavaOptions", ""),
              launcher.get("spark.driver.defaultJavaOptions", ""),
              *(os.environ.get(name, "") for name in _JAVA_OPTIONS_ENV)]
-    return any(option.search(options) for options in named)
+    return any(_COLLECTOR.search(options) for options in named)
 
 
 def session_settings(
@@ -118,19 +105,10 @@ def session_settings(
         if archived:
             settings[key] = f"{archived} {settings.get(key, '')}".strip()
         # Not for ``local-cluster``, whose executors are JVMs of their own.
-        if local_executor(settings["spark.master"]) and not _option_named(settings, _COLLECTOR):
+        if re.fullmatch(r"local(\[.*\])?", settings["spark.master"]) \
+                and not _collector_named(settings):
             settings[key] = f"{LOCAL_DRIVER_GC} {settings.get(key, '')}".strip()
-    if not under_submit and not local_executor(settings["spark.master"]) \
-            and not _option_named(settings, _JIT_TIERS):
-        key = "spark.driver.extraJavaOptions"
-        settings[key] = f"{CLUSTER_DRIVER_JIT} {settings.get(key, '')}".strip()
     return settings
-
-
-def local_executor(master: str) -> bool:
-    """Whether the driver's JVM is also the job's executor under ``master`` (``local``,
-    ``local[N]``; not ``local-cluster``, whose executors are JVMs of their own)."""
-    return re.fullmatch(r"local(\[.*\])?", master) is not None
 
 
 def get_session(conf: SparkConfig | None = None, overrides: dict[str, str] | None = None):

@@ -31,7 +31,7 @@ from pathlib import Path
 from ttl.config import SPARK_DEFAULTS, Config, load
 from ttl.errors import SetupError
 from ttl.jvm import jars, log_store
-from ttl.spark import CLUSTER_DRIVER_JIT, LOG4J2, local_executor, package_zip
+from ttl.spark import LOG4J2, package_zip
 
 
 def spark_settings(conf: Config, *, local_python: bool = True) -> dict[str, str]:
@@ -39,9 +39,7 @@ def spark_settings(conf: Config, *, local_python: bool = True) -> dict[str, str]
     Python executors run, and the profile's ``[spark.settings]`` (which win). The Kubernetes
     manifests carry the same settings (tests/unit/test_deploy.py checks it)."""
     java_opts = f"-Dlog4j2.configurationFile=file:{LOG4J2}"
-    driver_opts = (java_opts if local_executor(conf.spark.master)  # a cluster's driver plans:
-                   else f"{CLUSTER_DRIVER_JIT} {java_opts}")      # C1 (ttl.spark)
-    settings = {"spark.driver.extraJavaOptions": driver_opts,
+    settings = {"spark.driver.extraJavaOptions": java_opts,
                 "spark.executor.extraJavaOptions": java_opts}
     if local_python:
         settings["spark.pyspark.python"] = sys.executable

@@ -1,5 +1,5 @@
-"""Which garbage collector and JIT tiers a driver's JVM gets (``ttl.spark.session_settings``,
-``ttl.submit.spark_settings``): pure logic (no jar look-up, no class-data archive)."""
+"""Which garbage collector a driver's JVM gets (``ttl.spark.session_settings``): pure logic
+(no jar look-up, no class-data archive)."""
 
 from __future__ import annotations
 
@@ -94,52 +94,3 @@ def test_a_cluster_submitted_or_local_cluster_driver_keeps_its_jvms_collector(mo
     assert GC not in _driver_options(SparkConfig(master="local-cluster[2,1,1024]"))
     monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "1")                 # started by spark-submit
     assert GC not in _driver_options()
-
-
-# --- A cluster driver's JIT (``ttl.spark.CLUSTER_DRIVER_JIT``) ---------------------------
-
-JIT = spark_settings.CLUSTER_DRIVER_JIT
-
-
-def test_a_cluster_driver_compiles_with_the_first_tier_only_and_a_local_one_with_both():
-    assert JIT == "-XX:TieredStopAtLevel=1"
-    for master in ("spark://host:7077", "yarn", "k8s://https://api:6443",
-                   "local-cluster[2,1,1024]"):
-        assert _driver_options(SparkConfig(master=master)).count(JIT) == 1, master
-        assert JIT not in spark_settings.session_settings(
-            SparkConfig(master=master), JARS).get("spark.executor.extraJavaOptions", "")
-    for master in ("local", "local[2]", "local[*]"):
-        assert JIT not in _driver_options(SparkConfig(master=master)), master
-
-
-def test_a_tier_option_named_anywhere_wins_over_the_cluster_drivers(monkeypatch):
-    cluster = SparkConfig(master="spark://host:7077")
-    for named in ("-XX:TieredStopAtLevel=4", "-XX:-TieredCompilation",
-                  "-XX:+TieredCompilation"):
-        options = spark_settings.session_settings(
-            cluster, {**JARS, "spark.driver.extraJavaOptions": f"-Xss4m {named}"}
-        )["spark.driver.extraJavaOptions"].split()
-        assert JIT not in options and named in options, named
-        monkeypatch.setenv("JAVA_TOOL_OPTIONS", named)
-        assert JIT not in _driver_options(cluster), named
-        monkeypatch.delenv("JAVA_TOOL_OPTIONS")
-    monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "1")  # under spark-submit: its JVM runs already
-    assert JIT not in _driver_options(cluster)
-
-
-def test_a_submitted_cluster_driver_gets_the_first_tier_and_a_local_one_does_not():
-    from ttl.config import CONF_DIR, load
-    from ttl.submit import spark_settings as submit_settings
-
-    profile = load(CONF_DIR / "local.toml")
-
-    def driver(master: str, settings: dict[str, str] | None = None) -> list[str]:
-        spark = profile.spark.model_copy(update={"master": master, "settings": settings or {}})
-        return submit_settings(profile.model_copy(update={"spark": spark}))[
-            "spark.driver.extraJavaOptions"].split()
-
-    assert driver("spark://host:7077").count(JIT) == 1
-    assert JIT not in driver("local[2]")
-    # The profile's own driver options replace the submit's, as every setting of it does.
-    assert driver("spark://host:7077", {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=4"}
-                  ) == ["-XX:TieredStopAtLevel=4"]
