@@ -42,6 +42,8 @@ from ttl.names import partition_transactional_id
 
 #: The column ``with_partition`` adds: the row's changelog partition.
 PARTITION = "_changelog_partition"
+#: The commit version of a row (the change data feed's own column name).
+VERSION = "_commit_version"
 #: One row per changelog partition a task published.
 RESULT_DDL = "partition INT, records BIGINT, puts BIGINT, tombstones BIGINT, skipped BIGINT"
 QUIET = 3  # librdkafka's log level for the executors' clients: errors only
@@ -117,11 +119,19 @@ class Job:
     now_ms: int
 
 
-def with_partition(batches: Iterable, *, partitions: int) -> Iterator:
-    """``mapInArrow``: every row with its key's changelog partition (``PARTITION``)."""
+def with_partition(batches: Iterable, *, partitions: int, version: int | None = None
+                   ) -> Iterator:
+    """``mapInArrow``: every row with its key's changelog partition (``PARTITION``); with
+    ``version``, rows of that one commit version get it first (``VERSION``). A batch's held
+    rows get their version here rather than from a literal in the plan: Spark writes a
+    long literal into the code it generates, a class to compile for every version."""
     import pyarrow as pa
 
     for batch in batches:
+        if version is not None:
+            batch = pa.RecordBatch.from_arrays(
+                [pa.repeat(pa.scalar(version, pa.int64()), batch.num_rows), *batch.columns],
+                names=[VERSION, *batch.schema.names])
         keys = batch.column("key").to_pylist()
         yield batch.append_column(PARTITION, pa.array(
             [partition_of(k, partitions) for k in keys], pa.int32()))
@@ -163,7 +173,7 @@ def _runs(batches: Iterable) -> Iterator[tuple[int, int, object]]:
     """``(partition, Delta version, rows)`` runs of consecutive rows, in the rows' order."""
     for batch in batches:
         parts = batch.column(PARTITION).to_pylist()
-        versions = batch.column("_commit_version").to_pylist()
+        versions = batch.column(VERSION).to_pylist()
         first = 0
         for i in range(1, len(parts) + 1):
             if i == len(parts) or (parts[i], versions[i]) != (parts[first], versions[first]):

@@ -251,7 +251,7 @@ class Publisher:
         result = PublishResult(published_version=self.progress.version,
                                table_version=version + self.offset)
         if held is not None:
-            self._publish_range(version, version, result, rows=_known_rows(version, held))
+            self._publish_range(version, version, result, rows=_known_rows(held))
         else:
             self._publish_range(version, version, result, runs=_known_runs(version, changes))
         rest = self.publish(until)
@@ -323,7 +323,7 @@ class Publisher:
         """Versions ``start..end`` from ``rows``, each changelog partition by its own
         producer on the executors (``ttl.changelog.partitioned``), then this producer's
         progress record: the version, with the stream time and input position."""
-        from pyspark.sql.types import IntegerType, StructField, StructType
+        from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
         metadata = delta_log.engine_metadata(self.spark, self.path, start, end)
         versions = {}
@@ -338,15 +338,21 @@ class Publisher:
             offset=self.offset, end=end, versions=versions,
             max_records_per_transaction=self.conf.max_records_per_transaction,
             commit_timeout_s=self.conf.transaction_timeout / 1000, now_ms=self.clock.now_ms())
-        keyed = StructType([*rows.schema.fields,
+        # A batch's held rows (one version) get it from the first task (``with_partition``).
+        version = None if partitioned.VERSION in rows.columns else start
+        assert version is None or start == end, (start, end)
+        keyed = StructType([*([StructField(partitioned.VERSION, LongType(), False)]
+                              if version is not None else []),
+                            *rows.schema.fields,
                             StructField(partitioned.PARTITION, IntegerType(), False)])
         tasks = max(1, min(count, self.spark.sparkContext.defaultParallelism))
         # Sorted: a task publishes each partition's rows at once (they must be contiguous:
         # a partition met twice would find its first share's progress and skip the rest),
         # in version order.
-        done = (rows.mapInArrow(partial(partitioned.with_partition, partitions=count), keyed)
+        done = (rows.mapInArrow(partial(partitioned.with_partition, partitions=count,
+                                        version=version), keyed)
                 .repartition(tasks, partitioned.PARTITION)
-                .sortWithinPartitions(partitioned.PARTITION, "_commit_version")
+                .sortWithinPartitions(partitioned.PARTITION, partitioned.VERSION)
                 .mapInArrow(partial(partitioned.publish_partitions, job=job),
                             partitioned.RESULT_DDL)
                 .collect())
@@ -614,13 +620,13 @@ def _known_runs(version: int, changes) -> Iterator[tuple[int, object]]:
         yield version, batch.append_column("present", pc.equal(batch.column("kind"), "upsert"))
 
 
-def _known_rows(version: int, held):
+def _known_rows(held):
     """A batch's change rows held on the executors (``kind``, ``removal_op``, the record's
-    columns) as ``version``'s rows of ``_change_rows``."""
+    columns) as rows of ``_change_rows`` but for their version, which the publishing job
+    gives them (``partitioned.with_partition``: not as a literal in the plan)."""
     from pyspark.sql import functions as F
 
-    return held.select(F.lit(version).cast("bigint").alias("_commit_version"), "key",
-                       "value", "ts", "headers", "record_ttl",
+    return held.select("key", "value", "ts", "headers", "record_ttl",
                        (F.col("kind") == "upsert").cast("int").alias("present"), "removal_op")
 
 
