@@ -375,7 +375,7 @@ def run_ttl(conf_path: Path, records: int, label: str, broker_pid: int | None = 
                            if k not in ("busy_cores", "seconds")})
         return window
 
-    cpu_window = per_100k(0) if len(lines) > 2 else None
+    cpu_window = per_100k(0) if len(lines) >= 2 else None  # batches 1..N: one will do
     # The second half of the batches alone: a fresh JVM still compiles (JIT) its code
     # through the first minutes, which a long-running stream pays once.
     cpu_warm = per_100k(len(lines) // 2) if len(lines) >= 6 else None
