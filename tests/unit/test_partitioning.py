@@ -31,7 +31,12 @@ def test_a_batchs_held_rows_get_their_version_from_the_task_not_the_plan():
     rows = pa.record_batch({"key": [b"a", b"21"], "present": [1, 0]})
     [out] = with_partition([rows], partitions=7, version=12)
     assert out.schema.names == [VERSION, "key", "present", PARTITION]
-    assert out.column(VERSION).type == pa.int64()
+    assert out.schema.field(VERSION).type == pa.int64()
+    assert not out.schema.field(VERSION).nullable
+    required = pa.record_batch([pa.array([b"a"])], schema=pa.schema(
+        [pa.field("key", pa.binary(), nullable=False)]))
+    [kept_flags] = with_partition([required], partitions=7, version=1)
+    assert not kept_flags.schema.field("key").nullable  # as the plan declared it
     assert out.column(VERSION).to_pylist() == [12, 12]
     assert out.column(PARTITION).to_pylist() == [partition_of(b"a", 7), partition_of(b"21", 7)]
     fed = pa.record_batch({VERSION: [3, 4], "key": [b"a", b"21"]})

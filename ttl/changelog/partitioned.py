@@ -129,9 +129,10 @@ def with_partition(batches: Iterable, *, partitions: int, version: int | None = 
 
     for batch in batches:
         if version is not None:
-            batch = pa.RecordBatch.from_arrays(
+            batch = pa.RecordBatch.from_arrays(  # the columns' nullability kept
                 [pa.repeat(pa.scalar(version, pa.int64()), batch.num_rows), *batch.columns],
-                names=[VERSION, *batch.schema.names])
+                schema=pa.schema([pa.field(VERSION, pa.int64(), nullable=False),
+                                  *batch.schema]))
         keys = batch.column("key").to_pylist()
         yield batch.append_column(PARTITION, pa.array(
             [partition_of(k, partitions) for k in keys], pa.int32()))

@@ -287,8 +287,9 @@ class Publisher:
     def _publish_range(self, start: int, end: int, result: PublishResult,
                        runs: Iterator | None = None, rows=None) -> None:
         """Versions ``start..end``: from ``runs`` (or the change feed) through this
-        producer, or, given ``rows`` (a DataFrame of ``_change_rows``' columns), from the
-        executors (``_publish_on_executors``)."""
+        producer, or, given ``rows`` (a DataFrame of ``_change_rows``' columns; a batch's
+        held rows, of one version, lack ``_commit_version``), from the executors
+        (``_publish_on_executors``)."""
         committed = self.progress.copy()
         try:
             if rows is not None:
