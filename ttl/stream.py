@@ -391,10 +391,10 @@ class StreamJob:
                 limit = batch_size.spark_bytes(setting)
             except ValueError as exc:
                 raise ConfigError(f"spark.driver.maxResultSize: {exc}") from None
-        every_batch = self._path_fixed() == "driver"
+        fixed = self._path_fixed()
         chosen = batch_size.bound(s.batch_bytes, sample,
-                                  max_result_bytes=limit if every_batch else None)
-        if self._path_fixed() is None:
+                                  max_result_bytes=limit if fixed == "driver" else None)
+        if fixed is None:
             self.driver_records = batch_size.driver_records(sample, limit)
         log.info("a batch of %s takes at most %s records (%s)", self.conf.store.name,
                  f"{chosen.records:,}", chosen.why)

@@ -251,7 +251,8 @@ class Publisher:
         result = PublishResult(published_version=self.progress.version,
                                table_version=version + self.offset)
         if held is not None:
-            self._publish_range(version, version, result, rows=_known_rows(held))
+            self._publish_range(version, version, result, rows=_known_rows(held),
+                                version=version)
         else:
             self._publish_range(version, version, result, runs=_known_runs(version, changes))
         rest = self.publish(until)
@@ -285,15 +286,16 @@ class Publisher:
         return _version_runs(self._change_rows(start, end).orderBy("_commit_version"))
 
     def _publish_range(self, start: int, end: int, result: PublishResult,
-                       runs: Iterator | None = None, rows=None) -> None:
+                       runs: Iterator | None = None, rows=None,
+                       version: int | None = None) -> None:
         """Versions ``start..end``: from ``runs`` (or the change feed) through this
-        producer, or, given ``rows`` (a DataFrame of ``_change_rows``' columns; a batch's
-        held rows, of one version, lack ``_commit_version``), from the executors
-        (``_publish_on_executors``)."""
+        producer, or, given ``rows`` (a DataFrame of ``_change_rows``' columns, but for
+        ``_commit_version`` when ``version`` says which one version they are: a batch's
+        held rows), from the executors (``_publish_on_executors``)."""
         committed = self.progress.copy()
         try:
             if rows is not None:
-                self._publish_on_executors(start, end, result, rows)
+                self._publish_on_executors(start, end, result, rows, version)
             else:
                 self._publish_versions(start, end, result, runs)
         except PublisherFenced:
@@ -320,7 +322,7 @@ class Publisher:
             raise
 
     def _publish_on_executors(self, start: int, end: int, result: PublishResult,
-                              rows) -> None:
+                              rows, version: int | None = None) -> None:
         """Versions ``start..end`` from ``rows``, each changelog partition by its own
         producer on the executors (``ttl.changelog.partitioned``), then this producer's
         progress record: the version, with the stream time and input position."""
@@ -339,9 +341,7 @@ class Publisher:
             offset=self.offset, end=end, versions=versions,
             max_records_per_transaction=self.conf.max_records_per_transaction,
             commit_timeout_s=self.conf.transaction_timeout / 1000, now_ms=self.clock.now_ms())
-        # A batch's held rows (one version) get it from the first task (``with_partition``).
-        version = None if partitioned.VERSION in rows.columns else start
-        assert version is None or start == end, (start, end)
+        # A batch's held rows get their version from the first task (``with_partition``).
         keyed = StructType([*([StructField(partitioned.VERSION, LongType(), False)]
                               if version is not None else []),
                             *rows.schema.fields,
