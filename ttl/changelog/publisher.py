@@ -252,7 +252,7 @@ class Publisher:
                                table_version=version + self.offset)
         if held is not None:
             self._publish_range(version, version, result, rows=_known_rows(held),
-                                version=version)
+                                rows_version=version)
         else:
             self._publish_range(version, version, result, runs=_known_runs(version, changes))
         rest = self.publish(until)
@@ -287,15 +287,15 @@ class Publisher:
 
     def _publish_range(self, start: int, end: int, result: PublishResult,
                        runs: Iterator | None = None, rows=None,
-                       version: int | None = None) -> None:
+                       rows_version: int | None = None) -> None:
         """Versions ``start..end``: from ``runs`` (or the change feed) through this
         producer, or, given ``rows`` (a DataFrame of ``_change_rows``' columns, but for
-        ``_commit_version`` when ``version`` says which one version they are: a batch's
+        ``_commit_version`` when ``rows_version`` says which one version they are: a batch's
         held rows), from the executors (``_publish_on_executors``)."""
         committed = self.progress.copy()
         try:
             if rows is not None:
-                self._publish_on_executors(start, end, result, rows, version)
+                self._publish_on_executors(start, end, result, rows, rows_version)
             else:
                 self._publish_versions(start, end, result, runs)
         except PublisherFenced:
@@ -322,7 +322,7 @@ class Publisher:
             raise
 
     def _publish_on_executors(self, start: int, end: int, result: PublishResult,
-                              rows, version: int | None = None) -> None:
+                              rows, rows_version: int | None = None) -> None:
         """Versions ``start..end`` from ``rows``, each changelog partition by its own
         producer on the executors (``ttl.changelog.partitioned``), then this producer's
         progress record: the version, with the stream time and input position."""
@@ -343,7 +343,7 @@ class Publisher:
             commit_timeout_s=self.conf.transaction_timeout / 1000, now_ms=self.clock.now_ms())
         # A batch's held rows get their version from the first task (``with_partition``).
         keyed = StructType([*([StructField(partitioned.VERSION, LongType(), False)]
-                              if version is not None else []),
+                              if rows_version is not None else []),
                             *rows.schema.fields,
                             StructField(partitioned.PARTITION, IntegerType(), False)])
         tasks = max(1, min(count, self.spark.sparkContext.defaultParallelism))
@@ -351,7 +351,7 @@ class Publisher:
         # a partition met twice would find its first share's progress and skip the rest),
         # in version order.
         done = (rows.mapInArrow(partial(partitioned.with_partition, partitions=count,
-                                        version=version), keyed)
+                                        version=rows_version), keyed)
                 .repartition(tasks, partitioned.PARTITION)
                 .sortWithinPartitions(partitioned.PARTITION, partitioned.VERSION)
                 .mapInArrow(partial(partitioned.publish_partitions, job=job),
