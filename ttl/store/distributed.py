@@ -8,7 +8,8 @@ stay on the executors:
 1. the input DataFrame (Spark's Kafka rows) gets its keys' ``key_hash`` on the executors,
    and is persisted there while the batch lasts (``held_inputs``: Kafka is read once);
 2. the stored rows of the batch's keys are a join of the table's narrow columns, at the
-   version the write starts from, with the batch's distinct keys;
+   version the write starts from, with the batch's distinct keys' hashes (a row of another
+   key with the same hash comes too: the fold leaves it, and the partition says so);
 3. input and stored rows, tagged, are hash-partitioned by ``key_hash`` (a key's records and
    its stored row meet in one partition) and each partition is folded by
    ``ttl.store.fold.fold_table``, the driver path's own code: the fold is per key, so
@@ -87,6 +88,9 @@ class Figures:
     next_offsets: dict[str, int] = field(default_factory=dict)
     #: The keys expired on arrival (hex), while every partition named its own.
     expired_keys: list[str] | None = field(default_factory=list)
+    #: Whether ``key_hash`` alone tells the batch's keys' stored rows apart, in every
+    #: partition (``layout.hash_identifies_keys``; a hash's rows all meet in one).
+    by_hash: bool = True
 
     def add(self, part: dict) -> None:
         self.counts.add(Counts(**{**part["counts"], "rejected": Counter(
@@ -99,6 +103,7 @@ class Figures:
             self.first_offsets[p] = min(o, self.first_offsets.get(p, o))
         for p, o in part["next_offsets"].items():
             self.next_offsets[p] = max(o, self.next_offsets.get(p, o))
+        self.by_hash = self.by_hash and part["by_hash"]
         named = part.get("expired_keys")
         self.expired_keys = None if named is None or self.expired_keys is None else [
             *self.expired_keys, *named]
@@ -164,10 +169,10 @@ def fold_frame(spark, path: str, inputs, version: int, *, wall_ms: int, t0: int,
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    keys = inputs.where(F.col("key").isNotNull()).select("key_hash", "key").distinct()
+    hashes = inputs.where(F.col("key").isNotNull()).select("key_hash").distinct()
     stored = (spark.read.format("delta").option("versionAsOf", version).load(path)
               .select("key_hash", *STORED_COLUMNS)
-              .join(keys, ["key_hash", "key"], "left_semi")
+              .join(hashes, "key_hash", "left_semi")
               .select(F.lit(STORED).alias("tag"), "key_hash", *STORED_COLUMNS))
     partitions = max(1, spark.sparkContext.defaultParallelism)
     fold = functools.partial(fold_partition, wall_ms=wall_ms, t0=t0, sem=sem,
@@ -340,11 +345,13 @@ def _commit(spark, path: str, spread: Spread, result: WriteResult, meta: dict, *
         result.write = write_kind(spark, changes=bool(f.upserted) or removes,
                                   stored=bool(f.stored), upserts=bool(f.upserted),
                                   removes=removes)
+        result.by_hash = result.write == "replace" and f.by_hash
         writes = {
             "append": lambda: append_rows(spread.table_rows(), path),
             "replace": lambda: replace_rows(
                 spark, path, spread.table_rows(),
-                spread.changes().select("key_hash", "key") if removes else None),
+                spread.changes().select("key_hash", "key") if removes else None,
+                by_hash=f.by_hash),
             "merge": lambda: merge_into(spark, path, spread.changes(), wall_ms),
             "empty": lambda: empty_commit(spark, path, meta),
         }

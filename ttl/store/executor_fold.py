@@ -13,7 +13,7 @@ import json
 from ttl.input_position import first_offsets, next_offsets
 from ttl.model import Semantics
 from ttl.store.fold import INPUT_COLUMNS, STORED_COLUMNS, fold_table, input_arrow_schema
-from ttl.store.layout import headers_arrow_type
+from ttl.store.layout import hash_identifies_keys, headers_arrow_type
 
 INPUT, STORED = 0, 1  # the tag of a row that goes into a partition's fold
 REJECT, FIGURES = "reject", "figures"  # the ``kind`` of an output row that is no change
@@ -76,9 +76,12 @@ def fold_partition(batches, *, wall_ms: int, t0: int, sem: Semantics, inline: in
     if not batches or not any(b.num_rows for b in batches):
         return
     rows = pa.Table.from_batches(batches)
-    inputs = rows.filter(pc.equal(rows["tag"], INPUT)).select(list(INPUT_COLUMNS))
-    inputs = inputs.cast(input_arrow_schema())
+    tagged = rows.filter(pc.equal(rows["tag"], INPUT))
+    inputs = tagged.select(list(INPUT_COLUMNS)).cast(input_arrow_schema())
     stored = rows.filter(pc.equal(rows["tag"], STORED)).select(list(STORED_COLUMNS))
+    keyed = tagged.filter(pc.is_valid(tagged["key"]))
+    # Rows are partitioned by key_hash: every row of a hash is in this partition.
+    by_hash = hash_identifies_keys(keyed["key"], keyed["key_hash"], stored["key"])
     folded = fold_table(inputs, stored, wall_ms, t0, sem)
     schema = output_schema()
     figures = {"counts": folded.counts.as_dict(), "max_ts": folded.max_ts,
@@ -86,7 +89,7 @@ def fold_partition(batches, *, wall_ms: int, t0: int, sem: Semantics, inline: in
                "deleted": folded.deleted, "expired": folded.expired,
                "stored": stored.num_rows, "rejects": folded.rejects.num_rows,
                "first_offsets": first_offsets(inputs), "next_offsets": next_offsets(inputs),
-               "expired_keys": _expired_keys(folded.changes, inline)}
+               "expired_keys": _expired_keys(folded.changes, inline), "by_hash": by_hash}
     for part in (_padded(folded.changes, None, schema, wall_ms),
                  _padded(folded.rejects, REJECT, schema, wall_ms),
                  _padded(pa.table({"figures": [json.dumps(figures)]}), FIGURES, schema,

@@ -59,6 +59,23 @@ def key_hashes(keys):
     return pa.array(digests, pa.uint64()).view(pa.int64())
 
 
+def hash_identifies_keys(keys, hashes, stored_keys) -> bool:
+    """Whether ``key_hash`` alone tells apart the stored rows of a batch's keys, so a write
+    may delete them by ``key_hash`` alone (``write.replace_rows``, ``by_hash``): no two of
+    ``keys`` share a hash (``hashes``: each key's, in the same order; a key may repeat),
+    and every stored row that shares a hash with one of them holds one of them
+    (``stored_keys``: the keys of every row the lookup found by ``key_hash``). Two keys
+    with one xxhash64 are unlikely (about n^2 / 2^65 for n keys), never impossible: when
+    they meet, the write deletes by ``key_hash`` and ``key`` together. Relies on the
+    table's own rule that a row's ``key_hash`` is its key's (every write computes it)."""
+    import pyarrow.compute as pc
+
+    if pc.count_distinct(keys).as_py() != pc.count_distinct(hashes).as_py():
+        return False
+    foreign = pc.invert(pc.is_in(stored_keys, value_set=pc.unique(keys)))
+    return not (pc.sum(foreign).as_py() or 0)
+
+
 STORE_COLUMNS = (
     "key BINARY NOT NULL, value BINARY NOT NULL, ts BIGINT NOT NULL, "
     f"headers {HEADERS_TYPE}, expires_at BIGINT, updated_at BIGINT, "

@@ -1,7 +1,11 @@
 """The batch's lookup: what the fold needs of the stored rows of the batch's keys.
 
 Only the narrow columns (``fold.STORED_COLUMNS``: key, ts, expiry, per-record TTL; value and
-headers are never needed), of exactly the version the write starts from.
+headers are never needed), of exactly the version the write starts from. Rows are found by
+``key_hash``: every stored row that shares a hash with one of the batch's keys, so a row of
+another key with the same hash (a collision) is found too. The fold takes only its own
+keys' rows; the write deletes by ``key_hash`` alone when no such row was found
+(``layout.hash_identifies_keys``), which is what makes a large batch's replace cheap.
 
 Two readers give the same rows:
 
@@ -13,8 +17,8 @@ Two readers give the same rows:
   keys, so the driver's memory does not grow with the table. Used for a table on the local
   file system or on S3 (with the store's S3A settings as delta-rs's options,
   ``ttl.delta_rs``).
-- **Spark**: a ``key IN`` filter for a small batch, a broadcast semi-join on
-  ``key_hash`` and ``key`` for a large one. Used elsewhere, by choice (``store.lookup``), and
+- **Spark**: a filter on the keys' ``key_hash`` values for a small batch, a broadcast
+  semi-join on ``key_hash`` for a large one. Used elsewhere, by choice (``store.lookup``), and
   if delta-rs cannot read the table (a Delta feature it does not support): the store falls
   back to it for good, with a warning.
 """
@@ -39,7 +43,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["GIVE_UP_AFTER", "HOW", "LOOKUP_IN_LIST", "Lookup", "local_path"]
 
-#: Up to this many keys the Spark lookup is a plain ``key IN (...)`` filter; beyond it, a
+#: Up to this many keys the Spark lookup is a filter on their hashes; beyond it, a
 #: broadcast semi-join. Measured on a 200k-key store: 2-50 keys 0.30-0.53 s against
 #: 0.48-0.69 s for the join (no exchange to plan and run); at 1,000 keys the two are even.
 LOOKUP_IN_LIST = 256
@@ -108,7 +112,8 @@ class Lookup:
             self.warned_deadlock = True
 
     def __call__(self, spark, path: str, keys: pa.Array, version: int) -> pa.Table:
-        """Rows of ``keys`` (an Arrow binary array) at ``version``, as Arrow in
+        """The stored rows at ``version`` whose ``key_hash`` is one of ``keys``' (an Arrow
+        binary array): theirs, and any other key's with the same hash; as Arrow in
         ``fold.stored_arrow_schema()``."""
         if not len(keys):
             return stored_arrow_schema().empty_table()
@@ -156,7 +161,7 @@ class Lookup:
 
 
 #: The delta-rs lookup matches scanned rows against the batch's keys this many rows at a
-#: time. ``is_in`` builds its hash set of the keys once per call (for all the chunks of a
+#: time. ``is_in`` builds its hash set of the keys' hashes once per call (for all the chunks of a
 #: chunked array), so a call per scanned batch (DataFusion's 8k rows) rebuilt it 124 times
 #: on a 1M-key table: 0.5 s of a 0.6 s lookup of 100k keys, against 0.03-0.07 s for one
 #: call. The driver holds at most this many rows of the narrow columns (about 40 MB).
@@ -261,7 +266,8 @@ def with_delta_rs(path: str, keys: pa.Array, version: int,
                   statistics: list | None = None, must_prune: bool = False,
                   options: dict[str, str] | None = None) -> pa.Table | None:
     """The delta-rs lookup: the table at ``version``, its narrow columns streamed in Arrow
-    batches and matched to ``keys`` (``is_in`` on the driver) ``MATCH_ROWS`` at a time; a
+    batches and matched to ``keys``' hashes (``is_in`` of ``key_hash`` on the driver: the
+    rows of every key sharing a hash with one of ``keys``) ``MATCH_ROWS`` at a time; a
     small batch reads only the files that can hold its keys, when that skips files
     (``PRUNE_KEYS``, ``PRUNE_SHARE``). For a small batch, the file statistics it read are
     appended to ``statistics`` (the write skips files by them too). ``must_prune``: read
@@ -281,34 +287,37 @@ def with_delta_rs(path: str, keys: pa.Array, version: int,
     elif must_prune:
         return None
     reader = QueryBuilder().register("t", table).execute(
-        f"SELECT {', '.join(STORED_COLUMNS)} FROM t"
+        f"SELECT key_hash, {', '.join(STORED_COLUMNS)} FROM t"
         + (f" WHERE {pruning}" if pruning else ""))
+    hashes = key_hashes(keys)
     found, pending, rows = [], [], 0
     for raw in reader:
         batch = pa.record_batch(raw)  # an arro3 batch (Arrow's C interface) -> pyarrow
         pending.append(batch)
         rows += batch.num_rows
         if rows >= MATCH_ROWS:
-            found.append(_matching(pending, keys))
+            found.append(_matching(pending, hashes))
             pending, rows = [], 0
     if pending:
-        found.append(_matching(pending, keys))
+        found.append(_matching(pending, hashes))
     return pa.concat_tables(found) if found else stored_arrow_schema().empty_table()
 
 
-def _matching(batches: list[pa.RecordBatch], keys: pa.Array) -> pa.Table:
-    """The rows of ``batches`` whose key is one of ``keys``, in ``stored_arrow_schema()``
-    (DataFusion hands out view types, binary_view; ``is_in`` and the fold want binary)."""
+def _matching(batches: list[pa.RecordBatch], hashes: pa.Array) -> pa.Table:
+    """The rows of ``batches`` (``key_hash``, then ``STORED_COLUMNS``) whose ``key_hash`` is
+    one of ``hashes``, in ``stored_arrow_schema()`` (DataFusion hands out view types,
+    binary_view; the fold wants binary). Matching the 8-byte hash, not the key, is also the
+    cheaper test."""
     schema = stored_arrow_schema()
-    columns = [pa.chunked_array([b.column(i) for b in batches]).cast(schema.field(i).type)
-               for i in range(len(schema))]
-    wanted = pc.is_in(columns[0], value_set=keys)
-    return pa.Table.from_arrays([c.filter(wanted) for c in columns], schema=schema)
+    wanted = pc.is_in(pa.chunked_array([b.column(0) for b in batches]), value_set=hashes)
+    columns = [pa.chunked_array([b.column(i + 1) for b in batches])
+               .cast(schema.field(i).type).filter(wanted) for i in range(len(schema))]
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def with_spark(spark, path: str, keys: pa.Array, version: int) -> pa.Table:
-    """The Spark lookup. The table's rows are never shuffled: a small batch's keys filter
-    the scan, a large batch's are broadcast to it."""
+    """The Spark lookup, by ``key_hash`` as ``with_delta_rs``. The table's rows are never
+    shuffled: a small batch's hashes filter the scan, a large batch's are broadcast to it."""
     from pyspark.sql import functions as F
 
     table = spark.read.format("delta").option("versionAsOf", version).load(path)
@@ -317,11 +326,8 @@ def with_spark(spark, path: str, keys: pa.Array, version: int) -> pa.Table:
         prune = F.lit(False)
         for h in sorted(hashes):  # an OR: Spark tests an IN list as one min-max range
             prune = prune | (F.col("key_hash") == F.lit(h))
-        return (table.select("key_hash", *STORED_COLUMNS)
-                .where(prune & F.col("key").isin(keys.to_pylist()))
-                .select(*STORED_COLUMNS).toArrow())
-    wanted = spark.createDataFrame(pa.table({"key": keys.cast(pa.binary()),
-                                             "key_hash": key_hashes(keys)}))
+        return table.where(prune).select(*STORED_COLUMNS).toArrow()
+    wanted = spark.createDataFrame(pa.table({"key_hash": pc.unique(key_hashes(keys))}))
     return (table.select("key_hash", *STORED_COLUMNS)
-            .join(F.broadcast(wanted), ["key_hash", "key"], "left_semi")
+            .join(F.broadcast(wanted), "key_hash", "left_semi")
             .select(*STORED_COLUMNS).toArrow())

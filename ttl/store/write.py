@@ -18,7 +18,9 @@ Plan, per micro-batch (the records arrive as one Arrow table, the stream's one r
      or ``replaceOn`` when the batch also removes keys) deletes the stored rows of every
      changed key (upserted or removed) and inserts the upserts, with deletion vectors and no
      change files (the change feed is read from them; without deletion vectors it rewrites
-     files and writes change files);
+     files and writes change files). It matches stored rows by ``key_hash`` alone when the
+     lookup proved that this tells the keys' rows apart (``WriteResult.by_hash``), else by
+     ``key_hash`` and ``key``;
    * ``replace_where`` when the batch upserts and changes at most ``lookup.PRUNE_KEYS``
      keys, and the files' ``key_hash`` statistics (read by the lookup) say naming them skips
      files (``WRITE_PRUNE_SHARE``): the same rows deleted and inserted, by a predicate that
@@ -56,7 +58,12 @@ from ttl.model import Counts, Semantics
 from ttl.names import EXPIRED_KEYS_SUFFIX, PROP_LAST_NOOP_BATCH, sibling
 from ttl.phases import BatchPhases
 from ttl.store.fold import batch_keys, fold_table
-from ttl.store.layout import ensure_expired_keys_table, key_hashes, set_properties
+from ttl.store.layout import (
+    ensure_expired_keys_table,
+    hash_identifies_keys,
+    key_hashes,
+    set_properties,
+)
 from ttl.store.lookup import PRUNE_KEYS, Lookup
 
 __all__ = ["WriteResult", "append_dead_letters", "append_expired_keys", "append_rows",
@@ -91,6 +98,9 @@ class WriteResult:
     retries: int = 0  # runs again after a Delta conflict with a concurrent commit
     write: str = ""  # the write that made the commit: append, replace, replace_where, merge,
     # empty; or skipped
+    #: Whether a replace matched the stored rows by ``key_hash`` alone
+    #: (``layout.hash_identifies_keys``), not by ``key_hash`` and ``key``.
+    by_hash: bool = False
 
 
 #: Rows per task (and so per file) of a batch's write. Spark splits a DataFrame of the
@@ -247,7 +257,7 @@ def _removes(changes) -> bool:
     return bool(pc.any(pc.equal(changes["kind"], "delete")).as_py())
 
 
-def _replace(spark, path: str, changes, wall_ms: int) -> None:
+def _replace(spark, path: str, changes, wall_ms: int, by_hash: bool = False) -> None:
     """The batch upserts at least one key: one commit of Delta's replace (Delta 4.3+)
     deletes the stored row of every changed key, upserted or removed, and inserts the
     upserts' new rows. That is the MERGE's table (an upsert sets every column, a removal
@@ -267,26 +277,37 @@ def _replace(spark, path: str, changes, wall_ms: int) -> None:
     batch's changed keys, a temporary view), so with at least one upsert to insert it holds
     exactly for the changed keys' stored rows, removals included. That sub-query inside the
     condition is what Delta 4.4 runs but does not document, so only batches with removals
-    depend on it."""
+    depend on it. ``by_hash``: see ``replace_rows``."""
     hashed = _hashed(changes)
     keys = spark.createDataFrame(hashed.select(["key_hash", "key"])) if _removes(changes) else None
-    replace_rows(spark, path, frame(spark, _table_rows(hashed, wall_ms)), keys)
+    replace_rows(spark, path, frame(spark, _table_rows(hashed, wall_ms)), keys, by_hash)
 
 
-def replace_rows(spark, path: str, rows, removed_too=None) -> None:
+#: What a replace matches stored rows by: ``key_hash`` alone when it tells the batch's keys
+#: apart (``layout.hash_identifies_keys``), else the hash and the key. By the hash alone the
+#: delete scans one 8-byte column and probes a hash table of longs instead of binary rows:
+#: measured on 10M keys (100 files by ``key_hash``), 100k uniform updates, 4 alternated
+#: writes each: 1.90-2.89 s (median 2.17) against 5.06-9.27 s (median 5.73).
+MATCH_COLUMNS = {True: ("key_hash",), False: ("key_hash", "key")}
+
+
+def replace_rows(spark, path: str, rows, removed_too=None, by_hash: bool = False) -> None:
     """``_replace`` of table rows (a DataFrame in the store table's columns); with
     ``removed_too`` (a DataFrame of every changed key's ``key_hash, key``, the removed ones
     included), ``replaceOn`` deletes the stored rows of those keys, else ``replaceUsing``
-    those of the rows' own keys."""
+    those of the rows' own keys. ``by_hash``: match the stored rows by ``key_hash`` alone,
+    which only a lookup that proved it tells them apart may ask (``MATCH_COLUMNS``)."""
+    columns = ", ".join(MATCH_COLUMNS[by_hash])
     if removed_too is None:
         (rows.write.format("delta").mode("overwrite")
-         .option("replaceUsing", "key_hash, key").save(path))
+         .option("replaceUsing", columns).save(path))
         return
     view = f"ttl_changed_keys_{uuid.uuid4().hex}"
     removed_too.createOrReplaceTempView(view)
+    target = ", ".join(f"t.{c}" for c in MATCH_COLUMNS[by_hash])
     try:
         (rows.write.format("delta").mode("overwrite").option("targetAlias", "t")
-         .option("replaceOn", f"(t.key_hash, t.key) IN (SELECT key_hash, key FROM {view})")
+         .option("replaceOn", f"({target}) IN (SELECT {columns} FROM {view})")
          .save(path))
     finally:
         spark.catalog.dropTempView(view)
@@ -536,9 +557,12 @@ def write_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
         changes = folded.changes
         share = lookup.share_to_read(path, version_before, changes["key"])
         result.write = _write_kind(spark, changes, stored, share)
+        # The lookup found every stored row sharing a hash with a batch key (``Lookup``).
+        result.by_hash = result.write == "replace" and hash_identifies_keys(
+            keys, key_hashes(keys), stored["key"])
         writes = {
             "append": lambda: _append(spark, path, changes, wall_ms),
-            "replace": lambda: _replace(spark, path, changes, wall_ms),
+            "replace": lambda: _replace(spark, path, changes, wall_ms, result.by_hash),
             "replace_where": lambda: _replace_where(spark, path, changes, wall_ms),
             "merge": lambda: _merge(spark, path, changes, wall_ms,
                                     named=_prunes(spark, changes, share)),
