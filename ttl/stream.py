@@ -588,6 +588,7 @@ class StreamJob:
             "duration_s": seconds["total"], "phases_s": seconds,
             **how,  # where the batch was folded, and its lookups by reader
             **jobs, "write": result.write, "write_metrics": result.metrics,
+            "write_by_hash": result.by_hash,
             "stream_time": stream_time, "applied": result.applied,
             "input_offsets": offsets, "catch_up": self._catch_up(offsets),
         }, sort_keys=True))

@@ -515,23 +515,33 @@ def test_a_key_in_a_file_without_key_hash_statistics_is_still_found_and_replaced
     assert b"wide8" not in entries and b"narrow3" not in entries and len(entries) == 55
 
 
-@pytest.mark.parametrize("path", ["delta-rs", "spark", "executors"])
+@pytest.mark.parametrize("path", ["delta-rs", "spark", "spark-join", "executors"])
 def test_a_stored_row_sharing_a_batch_keys_hash_is_left_as_it_is(spark, table_path, path,
                                                                   monkeypatch):
     """A replace deletes stored rows by ``key_hash`` alone only when the lookup found no
     row of another key with a batch key's hash (``layout.hash_identifies_keys``). Such a
     collision, planted here as a row of key ``z`` carrying ``a``'s ``key_hash``, makes the
     replace match the hash and the key: updating and removing ``a`` leaves ``z`` as it is,
-    on the driver path (either reader) and on the executors'."""
+    on the driver path (either reader; ``spark-join``: batches of more keys than its filter
+    takes, so its broadcast semi-join) and on the executors'."""
     from pyspark.sql import functions as F
 
     from ttl.store import write
     from ttl.store.fold import records_table
 
     monkeypatch.setattr(write, "WRITE_PRUNE_SHARE", -1.0)  # the replace, never replaceWhere
-    store = make_store(spark, table_path, lookup="spark" if path == "spark" else "delta-rs")
+    from itertools import islice
+
+    from ttl.store.lookup import LOOKUP_IN_LIST
+
+    store = make_store(spark, table_path,
+                       lookup="spark" if path.startswith("spark") else "delta-rs")
+    fillers = iter(range(10**6))
 
     def apply(records):
+        if path == "spark-join":  # new keys, appended to the batch
+            records = [*records, *(InputRecord(b"new-%d" % i, b"f", NOW, (), 1, i)
+                                   for i in islice(fillers, LOOKUP_IN_LIST + 1))]
         if path != "executors":
             return store.apply_records(records)
         frame = spark.createDataFrame(records_table(records))
@@ -540,19 +550,22 @@ def test_a_stored_row_sharing_a_batch_keys_hash_is_left_as_it_is(spark, table_pa
     store.apply_records([InputRecord(b"a", b"1", NOW, (), 0, 0),
                          InputRecord(b"b", b"1", NOW, (), 0, 1)])
     plain = apply([InputRecord(b"b", b"2", NOW + 1, (), 0, 2)])
-    assert (plain.write, plain.by_hash) == ("replace", True)
+    assert (plain.write, plain.by_hash, plain.metrics["numDeletedRows"]) == ("replace", True, 1)
     table = spark.read.format("delta").load(table_path)
     (table.where(F.col("key") == F.lit(b"a"))
      .withColumn("key", F.lit(b"z")).withColumn("value", F.lit(b"planted"))
      .write.format("delta").mode("append").save(table_path))
     updated = apply([InputRecord(b"a", b"2", NOW + 2, (), 0, 3)])
     assert (updated.write, updated.by_hash) == ("replace", False)
+    assert updated.metrics["numDeletedRows"] == 1  # a's row, not z's
     removed = apply([InputRecord(b"a", None, NOW + 3, (), 0, 4),
                      InputRecord(b"b", b"3", NOW + 3, (), 0, 5)])
     assert (removed.write, removed.by_hash, removed.rows_deleted) == ("replace", False, 1)
     rows = spark.read.format("delta").load(table_path).select("key", "value").collect()
-    assert sorted((bytes(r.key), bytes(r.value)) for r in rows) == [(b"b", b"3"),
-                                                                     (b"z", b"planted")]
+    named = sorted((bytes(r.key), bytes(r.value)) for r in rows
+                   if not bytes(r.key).startswith(b"new-"))
+    assert named == [(b"b", b"3"), (b"z", b"planted")]
+    assert len(rows) == len({bytes(r.key) for r in rows})
 
 
 def test_optimize_by_key_hash_gives_files_a_small_batch_can_skip(spark, table_path):

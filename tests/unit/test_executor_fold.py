@@ -88,6 +88,10 @@ def test_a_stored_row_of_another_key_with_the_same_hash_makes_the_write_match_ke
     changes = out.filter(pc.is_in(out["kind"], pa.array(["upsert", "delete"])))
     assert changes["key"].to_pylist() == [b"a"]  # z is not the batch's: untouched
     assert figures(records, collided, hashes={b"z": hash_a})["by_hash"] is False
+    # a row of a batch key carrying another key's hash (an operator's UPDATE of key)
+    both = [*records, InputRecord(b"z", b"new", NOW, (), 0, 2)]
+    assert figures(both, collided)["by_hash"] is True
+    assert figures(both, collided, hashes={b"z": hash_a})["by_hash"] is False
 
 
 def test_two_input_keys_with_one_hash_make_the_write_match_keys():

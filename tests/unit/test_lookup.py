@@ -98,4 +98,4 @@ def test_an_unknown_reader_is_refused():
 def test_no_keys_reads_nothing(monkeypatch):
     monkeypatch.setattr(lookup, "with_delta_rs", lambda *a, **k: pytest.fail("read"))
     empty = lookup.Lookup()(None, "/data/store", pa.array([], pa.binary()), 3)
-    assert empty.num_rows == 0 and empty.schema == stored_arrow_schema()
+    assert empty.num_rows == 0 and empty.schema == lookup.found_schema()

@@ -82,7 +82,7 @@ class Figures:
     upserted: int = 0
     deleted: int = 0
     expired: int = 0
-    stored: int = 0  # stored rows of the batch's keys the join found
+    stored: int = 0  # stored rows the join found (of the batch's keys' hashes)
     rejects: int = 0
     first_offsets: dict[str, int] = field(default_factory=dict)
     next_offsets: dict[str, int] = field(default_factory=dict)

@@ -78,10 +78,12 @@ def fold_partition(batches, *, wall_ms: int, t0: int, sem: Semantics, inline: in
     rows = pa.Table.from_batches(batches)
     tagged = rows.filter(pc.equal(rows["tag"], INPUT))
     inputs = tagged.select(list(INPUT_COLUMNS)).cast(input_arrow_schema())
-    stored = rows.filter(pc.equal(rows["tag"], STORED)).select(list(STORED_COLUMNS))
+    found = rows.filter(pc.equal(rows["tag"], STORED))
+    stored = found.select(list(STORED_COLUMNS))
     keyed = tagged.filter(pc.is_valid(tagged["key"]))
     # Rows are partitioned by key_hash: every row of a hash is in this partition.
-    by_hash = hash_identifies_keys(keyed["key"], keyed["key_hash"], stored["key"])
+    by_hash = hash_identifies_keys(keyed["key"], keyed["key_hash"], found["key"],
+                                   found["key_hash"])
     folded = fold_table(inputs, stored, wall_ms, t0, sem)
     schema = output_schema()
     figures = {"counts": folded.counts.as_dict(), "max_ts": folded.max_ts,

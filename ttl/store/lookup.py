@@ -41,7 +41,14 @@ from ttl.store.layout import key_hashes
 
 log = logging.getLogger(__name__)
 
-__all__ = ["GIVE_UP_AFTER", "HOW", "LOOKUP_IN_LIST", "Lookup", "local_path"]
+__all__ = ["GIVE_UP_AFTER", "HOW", "LOOKUP_IN_LIST", "Lookup", "found_schema", "local_path"]
+
+
+def found_schema() -> pa.Schema:
+    """A lookup's rows: what the fold needs of a stored row (``fold.stored_arrow_schema()``),
+    and the row's ``key_hash``, which tells whether a write may match by it alone
+    (``layout.hash_identifies_keys``)."""
+    return stored_arrow_schema().append(pa.field("key_hash", pa.int64()))
 
 #: Up to this many keys the Spark lookup is a filter on their hashes; beyond it, a
 #: broadcast semi-join. Measured on a 200k-key store: 2-50 keys 0.30-0.53 s against
@@ -114,9 +121,9 @@ class Lookup:
     def __call__(self, spark, path: str, keys: pa.Array, version: int) -> pa.Table:
         """The stored rows at ``version`` whose ``key_hash`` is one of ``keys``' (an Arrow
         binary array): theirs, and any other key's with the same hash; as Arrow in
-        ``fold.stored_arrow_schema()``."""
+        ``found_schema()``."""
         if not len(keys):
-            return stored_arrow_schema().empty_table()
+            return found_schema().empty_table()
         self.statistics = None
         with_vectors = deletion_vector_files(path, version, spark)
         # Unknown (a remote table's checksum not read): as if many, so delta-rs reads only
@@ -300,19 +307,20 @@ def with_delta_rs(path: str, keys: pa.Array, version: int,
             pending, rows = [], 0
     if pending:
         found.append(_matching(pending, hashes))
-    return pa.concat_tables(found) if found else stored_arrow_schema().empty_table()
+    return pa.concat_tables(found) if found else found_schema().empty_table()
 
 
 def _matching(batches: list[pa.RecordBatch], hashes: pa.Array) -> pa.Table:
     """The rows of ``batches`` (``key_hash``, then ``STORED_COLUMNS``) whose ``key_hash`` is
-    one of ``hashes``, in ``stored_arrow_schema()`` (DataFusion hands out view types,
-    binary_view; the fold wants binary). Matching the 8-byte hash, not the key, is also the
-    cheaper test."""
-    schema = stored_arrow_schema()
-    wanted = pc.is_in(pa.chunked_array([b.column(0) for b in batches]), value_set=hashes)
+    one of ``hashes``, in ``found_schema()`` (DataFusion hands out view types, binary_view;
+    the fold wants binary). Matching the 8-byte hash, not the key, is also the cheaper
+    test."""
+    schema = found_schema()
+    hashed = pa.chunked_array([b.column(0) for b in batches]).cast(pa.int64())
+    wanted = pc.is_in(hashed, value_set=hashes)
     columns = [pa.chunked_array([b.column(i + 1) for b in batches])
-               .cast(schema.field(i).type).filter(wanted) for i in range(len(schema))]
-    return pa.Table.from_arrays(columns, schema=schema)
+               .cast(schema.field(i).type).filter(wanted) for i in range(len(STORED_COLUMNS))]
+    return pa.Table.from_arrays([*columns, hashed.filter(wanted)], schema=schema)
 
 
 def with_spark(spark, path: str, keys: pa.Array, version: int) -> pa.Table:
@@ -326,8 +334,8 @@ def with_spark(spark, path: str, keys: pa.Array, version: int) -> pa.Table:
         prune = F.lit(False)
         for h in sorted(hashes):  # an OR: Spark tests an IN list as one min-max range
             prune = prune | (F.col("key_hash") == F.lit(h))
-        return table.where(prune).select(*STORED_COLUMNS).toArrow()
+        return table.where(prune).select(*STORED_COLUMNS, "key_hash").toArrow()
     wanted = spark.createDataFrame(pa.table({"key_hash": pc.unique(key_hashes(keys))}))
     return (table.select("key_hash", *STORED_COLUMNS)
             .join(F.broadcast(wanted), "key_hash", "left_semi")
-            .select(*STORED_COLUMNS).toArrow())
+            .select(*STORED_COLUMNS, "key_hash").toArrow())

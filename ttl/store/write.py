@@ -271,10 +271,11 @@ def _replace(spark, path: str, changes, wall_ms: int, by_hash: bool = False) -> 
     feed says ``delete`` + ``insert`` for an updated key, which the publisher takes as the
     put it is (a version's last state of a key wins), and ``delete`` for a removed one.
 
-    Without removals it is the replace by key (``replaceUsing`` on ``key_hash, key``).
-    With them, ``replaceOn``: Delta deletes a stored row when some inserted row meets the
-    condition, and this condition names only the stored row (its ``key_hash, key`` among the
-    batch's changed keys, a temporary view), so with at least one upsert to insert it holds
+    Without removals it is the replace by key (``replaceUsing`` on ``key_hash``, or
+    ``key_hash, key``: ``replace_rows``). With them, ``replaceOn``: Delta deletes a stored
+    row when some inserted row meets the condition, and this condition names only the stored
+    row (its ``key_hash``, or ``key_hash, key``, among the batch's changed keys, a temporary
+    view), so with at least one upsert to insert it holds
     exactly for the changed keys' stored rows, removals included. That sub-query inside the
     condition is what Delta 4.4 runs but does not document, so only batches with removals
     depend on it. ``by_hash``: see ``replace_rows``."""
@@ -286,8 +287,8 @@ def _replace(spark, path: str, changes, wall_ms: int, by_hash: bool = False) -> 
 #: What a replace matches stored rows by: ``key_hash`` alone when it tells the batch's keys
 #: apart (``layout.hash_identifies_keys``), else the hash and the key. By the hash alone the
 #: delete scans one 8-byte column and probes a hash table of longs instead of binary rows:
-#: measured on 10M keys (100 files by ``key_hash``), 100k uniform updates, 4 alternated
-#: writes each: 1.90-2.89 s (median 2.17) against 5.06-9.27 s (median 5.73).
+#: measured through ``tests.bench.big_state`` (10M keys in 100 files by ``key_hash``, 100k
+#: uniform updates), the write phase 1.93-2.04 s against 2.61-2.74 s (docs/performance.md).
 MATCH_COLUMNS = {True: ("key_hash",), False: ("key_hash", "key")}
 
 
@@ -502,6 +503,7 @@ def commit_write(spark, path: str, result: WriteResult, meta: dict,
         result.metrics = {k: int(v) for k, v in written.metrics.items() if k in logged}
     else:
         result.write = "skipped"  # a replay: Delta's txn id skipped it, nothing written
+        result.by_hash = False
 
 
 def write_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semantics,
@@ -559,7 +561,7 @@ def write_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
         result.write = _write_kind(spark, changes, stored, share)
         # The lookup found every stored row sharing a hash with a batch key (``Lookup``).
         result.by_hash = result.write == "replace" and hash_identifies_keys(
-            keys, key_hashes(keys), stored["key"])
+            keys, key_hashes(keys), stored["key"], stored["key_hash"])
         writes = {
             "append": lambda: _append(spark, path, changes, wall_ms),
             "replace": lambda: _replace(spark, path, changes, wall_ms, result.by_hash),
