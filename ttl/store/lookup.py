@@ -4,8 +4,9 @@ Only the narrow columns (``fold.STORED_COLUMNS``: key, ts, expiry, per-record TT
 headers are never needed), of exactly the version the write starts from. Rows are found by
 ``key_hash``: every stored row that shares a hash with one of the batch's keys, so a row of
 another key with the same hash (a collision) is found too. The fold takes only its own
-keys' rows; the write deletes by ``key_hash`` alone when no such row was found
-(``layout.hash_identifies_keys``), which is what makes a large batch's replace cheap.
+keys' rows; the write deletes by ``key_hash`` alone when no such row was found and no two
+of the batch's keys share a hash (``layout.hash_identifies_keys``), which is what makes a
+large batch's replace cheap.
 
 Two readers give the same rows:
 
@@ -332,8 +333,9 @@ def kept(array: pa.Array, mask: pa.BooleanArray) -> pa.Array:
     """``array.filter(mask)``, for a ``binary_view`` array (DataFusion's binary columns) too,
     which pyarrow (26) cannot filter or take: its 16-byte views are filtered as fixed-size
     values, the data buffers they point into kept as they are, and the few rows left are
-    cast to ``binary``. Casting every row first, as the lookup did, cost about 46 ms per
-    million keys: half of a 10M-key table's lookup."""
+    cast to ``binary``. Casting every row first, as the lookup did, cost 46 ms per million
+    keys in isolation; 100k keys looked up in a 10M-key table took 0.70 s with it and
+    0.59-0.65 s without."""
     if not pa.types.is_binary_view(array.type):
         return array.filter(mask)
     if array.null_count:
