@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -104,18 +105,38 @@ def test_no_keys_reads_nothing(monkeypatch):
 
 
 @given(values=st.lists(st.binary(max_size=40), max_size=60), data=st.data())
-def test_a_binary_view_column_is_filtered_as_a_cast_then_a_filter_would(values, data):
-    """``lookup.kept`` filters DataFusion's ``binary_view`` columns through their views
-    (pyarrow has no filter for the type); values of up to 12 bytes sit in the views, longer
-    ones in data buffers; a sliced array starts at an offset."""
+def test_a_binary_view_column_is_taken_from_as_a_cast_then_a_take_would(values, data):
+    """``lookup.kept`` takes rows of DataFusion's ``binary_view`` columns through their
+    views (pyarrow has no take for the type); values of up to 12 bytes sit in the views,
+    longer ones in data buffers; a sliced array starts at an offset."""
     array = pa.array(values, pa.binary_view())
     start = data.draw(st.integers(0, len(values)))
     array = array.slice(start, data.draw(st.integers(0, len(values) - start)))
-    mask = pa.array(data.draw(st.lists(st.booleans(), min_size=len(array),
-                                       max_size=len(array))), pa.bool_())
-    got = lookup.kept(array, mask)
+    rows = pa.array(sorted(data.draw(st.sets(st.integers(0, max(len(array) - 1, 0)),
+                                              max_size=len(array)))), pa.int64())
+    got = lookup.kept(array, rows)
     assert got.type == pa.binary()
-    assert got.to_pylist() == array.cast(pa.binary()).filter(mask).to_pylist()
-    assert lookup.kept(pa.array(values, pa.binary()), pa.array([True] * len(values),
-                                                                pa.bool_())).to_pylist() \
-        == values
+    assert got.to_pylist() == array.cast(pa.binary()).take(rows).to_pylist()
+    every = pa.array(range(len(values)), pa.int64())
+    assert lookup.kept(pa.array(values, pa.binary()), every).to_pylist() == values
+
+
+@given(hashes=st.lists(st.integers(-2**63, 2**63 - 1), max_size=40),
+       column=st.lists(st.lists(st.integers(-2**63, 2**63 - 1), max_size=30), max_size=4),
+       data=st.data())
+def test_the_hash_set_finds_exactly_the_rows_is_in_finds(hashes, column, data):
+    """``HashSet.rows`` against ``pc.is_in``: values drawn from the set (matches), next to a
+    member (the same top bits: what the bitmap lets through to the exact test) and from the
+    whole range, over any chunking, an empty set and an empty column included."""
+    def value(v: int) -> int:
+        if not hashes:
+            return v
+        how = data.draw(st.sampled_from(("member", "beside", "any")))
+        member = data.draw(st.sampled_from(hashes))
+        return member if how == "member" else (member ^ 1) if how == "beside" else v
+
+    chunks = [[value(v) for v in chunk] for chunk in column]
+    array = pa.chunked_array(chunks, type=pa.int64())
+    want = pc.is_in(array, value_set=pa.array(hashes, pa.int64()))
+    got = lookup.HashSet(pa.array(hashes, pa.int64())).rows(array)
+    assert got.tolist() == [i for i, w in enumerate(want.to_pylist()) if w]

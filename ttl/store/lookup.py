@@ -43,7 +43,8 @@ from ttl.store.layout import key_hashes
 
 log = logging.getLogger(__name__)
 
-__all__ = ["GIVE_UP_AFTER", "HOW", "LOOKUP_IN_LIST", "Lookup", "found_schema", "local_path"]
+__all__ = ["GIVE_UP_AFTER", "HOW", "LOOKUP_IN_LIST", "HashSet", "Lookup", "found_schema",
+           "local_path"]
 
 
 def found_schema() -> pa.Schema:
@@ -298,7 +299,7 @@ def with_delta_rs(path: str, keys: pa.Array, version: int,
     reader = QueryBuilder().register("t", table).execute(
         f"SELECT key_hash, {', '.join(STORED_COLUMNS)} FROM t"
         + (f" WHERE {pruning}" if pruning else ""))
-    hashes = key_hashes(keys)
+    hashes = HashSet(key_hashes(keys))
     found, pending, rows = [], [], 0
     for raw in reader:
         batch = pa.record_batch(raw)  # an arro3 batch (Arrow's C interface) -> pyarrow
@@ -312,37 +313,79 @@ def with_delta_rs(path: str, keys: pa.Array, version: int,
     return pa.concat_tables(found) if found else found_schema().empty_table()
 
 
-def _matching(batches: list[pa.RecordBatch], hashes: pa.Array) -> pa.Table:
+class HashSet:
+    """The batch keys' hashes, asked of every scanned row's ``key_hash``: which rows hold
+    one of them. A 10M-key table scanned for 100k keys asks 10M times, and ``pc.is_in``
+    took 0.19 s for it (it builds its hash table of the 100k again at every call, about
+    5 ms). Here a bitmap indexed by a hash's top bits, built once, rules out all but a few
+    per cent of the rows (the bitmap has at least 32 bits per hash, at most 2**24: 2 MB),
+    and the rest are looked up exactly in the sorted hashes. Hashes are uniform (xxHash64
+    of the key), so the bitmap works for any keys; a skew would only make more rows reach
+    the exact test. Matching a 10M-key table's rows to 100k keys: 0.45 s with ``is_in``,
+    0.17 s this way (``_matching``, one table, median of 5)."""
+
+    def __init__(self, hashes: pa.Array) -> None:
+        self.sorted = np.unique(hashes.to_numpy(zero_copy_only=False).astype(np.int64))
+        bits = min(24, max(12, len(self.sorted).bit_length() + 5))
+        self._shift = np.uint64(64 - bits)
+        self._bitmap = np.zeros(1 << bits, dtype=np.bool_)
+        self._bitmap[self._slots(self.sorted)] = True
+
+    def _slots(self, values: np.ndarray) -> np.ndarray:
+        return (values.view(np.uint64) >> self._shift).astype(np.intp)
+
+    def rows(self, column: pa.ChunkedArray) -> np.ndarray:
+        """The positions (ascending) of ``column``'s values (int64, no nulls) that are one
+        of the hashes."""
+        values = (np.concatenate([c.to_numpy() for c in column.chunks]) if column.num_chunks
+                  else np.empty(0, dtype=np.int64))
+        maybe = np.flatnonzero(self._bitmap[self._slots(values)])
+        if not len(self.sorted):
+            return maybe  # empty: the bitmap is all False
+        candidates = values[maybe]
+        at = np.searchsorted(self.sorted, candidates)
+        at[at == len(self.sorted)] = 0  # past the largest: not one of them
+        return maybe[self.sorted[at] == candidates]
+
+
+def _matching(batches: list[pa.RecordBatch], hashes: HashSet) -> pa.Table:
     """The rows of ``batches`` (``key_hash``, then ``STORED_COLUMNS``) whose ``key_hash`` is
     one of ``hashes``, in ``found_schema()`` (DataFusion hands out view types, binary_view;
     the fold wants binary). Matching the 8-byte hash, not the key, is also the cheaper
     test."""
     schema = found_schema()
-    hashed = pa.chunked_array([b.column(0) for b in batches]).cast(pa.int64())
-    wanted = pc.is_in(hashed, value_set=hashes)
-    starts = accumulate((b.num_rows for b in batches), initial=0)
-    masks = [wanted.slice(start, b.num_rows).combine_chunks()
-             for start, b in zip(starts, batches, strict=False)]
-    columns = [pa.chunked_array([kept(b.column(i + 1), mask) for b, mask in
-                                 zip(batches, masks, strict=True)])
-               .cast(schema.field(i).type) for i in range(len(STORED_COLUMNS))]
-    return pa.Table.from_arrays([*columns, hashed.filter(wanted)], schema=schema)
+    hashed = pa.chunked_array([b.column(0) for b in batches], type=pa.int64())
+    rows = hashes.rows(hashed)
+    taken = pa.array(rows, type=pa.int64())
+    starts = np.fromiter(accumulate((b.num_rows for b in batches), initial=0), dtype=np.int64)
+    cuts = np.searchsorted(rows, starts)
+    columns = []
+    for i in range(len(STORED_COLUMNS)):
+        wanted = schema.field(i).type
+        if pa.types.is_binary_view(batches[0].schema.field(i + 1).type):
+            parts = [kept(b.column(i + 1), pa.array(rows[cuts[j]:cuts[j + 1]] - starts[j]))
+                     for j, b in enumerate(batches) if cuts[j] < cuts[j + 1]]
+            columns.append(pa.chunked_array(parts, type=wanted))
+        else:
+            columns.append(pa.chunked_array([b.column(i + 1) for b in batches])
+                           .take(taken).cast(wanted))
+    return pa.Table.from_arrays([*columns, hashed.take(taken)], schema=schema)
 
 
-def kept(array: pa.Array, mask: pa.BooleanArray) -> pa.Array:
-    """``array.filter(mask)``, for a ``binary_view`` array (DataFusion's binary columns) too,
-    which pyarrow (26) cannot filter or take: its 16-byte views are filtered as fixed-size
+def kept(array: pa.Array, rows: pa.Array) -> pa.Array:
+    """``array.take(rows)``, for a ``binary_view`` array (DataFusion's binary columns) too,
+    which pyarrow (26) cannot filter or take: its 16-byte views are taken as fixed-size
     values, the data buffers they point into kept as they are, and the few rows left are
     cast to ``binary``. Casting every row first, as the lookup did, cost 46 ms per million
     keys in isolation; 100k keys looked up in a 10M-key table took 0.70 s with it and
     0.59-0.65 s without."""
     if not pa.types.is_binary_view(array.type):
-        return array.filter(mask)
+        return array.take(rows)
     if array.null_count:
-        return array.cast(pa.binary()).filter(mask)
+        return array.cast(pa.binary()).take(rows)
     buffers = array.buffers()
     views = pa.Array.from_buffers(pa.binary(16), len(array), [None, buffers[1]],
-                                  offset=array.offset).filter(mask)
+                                  offset=array.offset).take(rows)
     return pa.Array.from_buffers(pa.binary_view(), len(views),
                                  [None, views.buffers()[1], *buffers[2:]]).cast(pa.binary())
 
