@@ -170,6 +170,11 @@ class Lookup:
         return read_share(files, keys)
 
 
+#: DataFusion's settings for the delta-rs lookup's scan: batches of 64k rows instead of 8k,
+#: so the matching (``_matching``) handles an eighth as many batches. 100k keys in a
+#: 10M-key table: 0.40-0.43 s with 8k, 0.30-0.31 s with 64k (32k: 0.33 s).
+SCAN_SETTINGS = {"datafusion.execution.batch_size": str(1 << 16)}
+
 #: The delta-rs lookup matches scanned rows against the batch's keys this many rows at a
 #: time. ``is_in`` builds its hash set of the keys' hashes once per call (for all the chunks of a
 #: chunked array), so a call per scanned batch (DataFusion's 8k rows) rebuilt it 124 times
@@ -296,7 +301,7 @@ def with_delta_rs(path: str, keys: pa.Array, version: int,
             return None
     elif must_prune:
         return None
-    reader = QueryBuilder().register("t", table).execute(
+    reader = QueryBuilder(SCAN_SETTINGS).register("t", table).execute(
         f"SELECT key_hash, {', '.join(STORED_COLUMNS)} FROM t"
         + (f" WHERE {pruning}" if pruning else ""))
     hashes = HashSet(key_hashes(keys))
