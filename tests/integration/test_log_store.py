@@ -62,3 +62,61 @@ def test_file_log_store_refuses_a_missing_directory_as_delta_does(spark, tmp_pat
     for store_class in ("ttl.delta.FileLogStore", "io.delta.storage.HDFSLogStore"):
         with pytest.raises(Exception, match="FileNotFoundException"):
             _listing(spark, store_class, missing)
+
+
+def _jpath(spark, path):
+    return spark._jvm.org.apache.hadoop.fs.Path(f"file:{path}")
+
+
+def _lines(spark, *lines: str):
+    return spark._jvm.java.util.ArrayList(list(lines)).iterator()
+
+
+def test_file_log_store_writes_a_name_once_and_overwrites_only_when_asked(spark, tmp_path):
+    """A commit is a hard link (never replaces a version another writer wrote), with the
+    lines ``HDFSLogStore`` writes; an overwrite (``_last_checkpoint``) replaces the file and
+    drops Hadoop's checksum of the old content; no temporary file is left behind."""
+    jvm, conf = spark._jvm, spark._jsc.hadoopConfiguration()
+    ours, delta = jvm.ttl.delta.FileLogStore(conf), jvm.io.delta.storage.HDFSLogStore(conf)
+    ours.write(_jpath(spark, tmp_path / "a.json"), _lines(spark, "x", "y"), False, conf)
+    delta.write(_jpath(spark, tmp_path / "b.json"), _lines(spark, "x", "y"), False, conf)
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes() == b"x\ny\n"
+    with pytest.raises(Exception, match="FileAlreadyExistsException"):
+        ours.write(_jpath(spark, tmp_path / "a.json"), _lines(spark, "z"), False, conf)
+    assert (tmp_path / "a.json").read_text() == "x\ny\n"
+    assert (tmp_path / ".b.json.crc").exists()  # Hadoop's, written by HDFSLogStore
+    ours.write(_jpath(spark, tmp_path / "b.json"), _lines(spark, "z"), True, conf)
+    assert (tmp_path / "b.json").read_text() == "z\n"
+    assert not (tmp_path / ".b.json.crc").exists()
+    assert list(ours.read(_jpath(spark, tmp_path / "b.json"), conf)) == ["z"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.json"]
+
+
+def test_the_checkpoint_file_manager_writes_a_name_once_and_overwrites_when_asked(spark,
+                                                                                  tmp_path):
+    """Spark's atomic write through ``LocalCheckpointFileManager``: the content under its name
+    at close, an existing name refused (Hadoop's ``FileAlreadyExistsException``, which Spark
+    and Delta catch) and kept, an overwrite when asked, nothing left of a cancelled write."""
+    assert spark.conf.get(log_store.CHECKPOINT_MANAGER_SETTING) == \
+        log_store.CHECKPOINT_MANAGER_CLASS
+    jvm = spark._jvm
+    conf = spark._jsparkSession.sessionState().newHadoopConf()  # with the session's settings
+    manager = (jvm.org.apache.spark.sql.execution.streaming.checkpointing
+               .CheckpointFileManager.create(_jpath(spark, tmp_path), conf))
+    assert manager.getClass().getName() == log_store.CHECKPOINT_MANAGER_CLASS
+
+    def write(name: str, data: bytes, overwrite: bool, cancel: bool = False) -> None:
+        out = manager.createAtomic(_jpath(spark, tmp_path / name), overwrite)
+        out.write(bytearray(data))
+        out.cancel() if cancel else out.close()
+
+    write("0", b"first", False)
+    assert (tmp_path / "0").read_bytes() == b"first"
+    with pytest.raises(Exception, match="FileAlreadyExistsException"):
+        write("0", b"second", False)
+    assert (tmp_path / "0").read_bytes() == b"first"
+    write("0", b"third", True)
+    assert (tmp_path / "0").read_bytes() == b"third"
+    write("1", b"never", False, cancel=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["0"]
+    assert manager.exists(_jpath(spark, tmp_path / "0"))

@@ -14,12 +14,14 @@ def test_a_built_store_is_named_for_file_paths_and_its_jar_joins_spark_jars(monk
     monkeypatch.setattr(log_store, "built", lambda versions=None: JAR)
     got = log_store.add_to({"spark.jars": "/a.jar,/b.jar"})
     assert got[log_store.SETTING] == "ttl.delta.FileLogStore"
+    assert got[log_store.CHECKPOINT_MANAGER_SETTING] == "ttl.delta.LocalCheckpointFileManager"
     assert got["spark.jars"] == f"/a.jar,/b.jar,{JAR}"
     assert log_store.add_to({})["spark.jars"] == str(JAR)
 
 
 def test_a_store_named_by_the_profile_or_no_jar_leaves_the_settings_alone(monkeypatch):
-    mine = {"spark.jars": "/a.jar", log_store.SETTING: "io.delta.storage.HDFSLogStore"}
+    mine = {"spark.jars": "/a.jar", log_store.SETTING: "io.delta.storage.HDFSLogStore",
+            log_store.CHECKPOINT_MANAGER_SETTING: "my.Manager"}
     monkeypatch.setattr(log_store, "built", lambda versions=None: JAR)
     assert log_store.add_to(mine) == mine
     monkeypatch.setattr(log_store, "built", lambda versions=None: None)
@@ -37,4 +39,6 @@ def test_a_profile_with_deltas_older_store_setting_keeps_it(monkeypatch):
     """Delta refuses ``spark.delta.logStore.file.impl`` beside ``spark.delta.logStore.class``."""
     monkeypatch.setattr(log_store, "built", lambda versions=None: JAR)
     old = {"spark.jars": "/a.jar", "spark.delta.logStore.class": "x.Y"}
-    assert log_store.add_to(old) == old
+    got = log_store.add_to(old)
+    assert "spark.delta.logStore.file.impl" not in got
+    assert got["spark.delta.logStore.class"] == "x.Y"

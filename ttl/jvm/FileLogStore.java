@@ -1,12 +1,20 @@
 package ttl.delta;
 
+import java.io.BufferedOutputStream;
 import java.io.File;
 import java.io.FileNotFoundException;
 import java.io.IOException;
+import java.io.OutputStream;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.FileAlreadyExistsException;
+import java.nio.file.Files;
+import java.nio.file.StandardCopyOption;
+import java.nio.file.StandardOpenOption;
 import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.Iterator;
 import java.util.List;
+import java.util.UUID;
 
 import io.delta.storage.HDFSLogStore;
 import org.apache.hadoop.conf.Configuration;
@@ -25,12 +33,78 @@ import org.apache.hadoop.fs.RawLocalFileSystem;
  * checksum and Hadoop's two {@code .crc} files), so a log of 30,000 commits took 1.3-1.5 s a
  * listing. This one reads the directory's names and stats only those at or after the
  * requested one, which is what {@code listFrom} returns: the same statuses, in the same
- * order, for a few milliseconds. Writes are {@code HDFSLogStore}'s, unchanged.
+ * order, for a few milliseconds.
+ *
+ * <p>Writes go through Java's own file API. {@code HDFSLogStore} writes a commit through
+ * Hadoop's {@code FileContext}, which, without Hadoop's native library (never there in a pip
+ * install of PySpark), starts a process for every permission it sets and every link it
+ * reads: a {@code chmod} for the temporary file and its {@code .crc}, and a
+ * {@code readlink} for each of them and their targets in the rename, 10 processes a file and
+ * 20 a batch (its commit and Delta's checksum file), about 4 ms each, on the commit's path.
+ * And its rename on a local disk replaces a file that appeared meanwhile (Hadoop checks,
+ * then renames). Here a commit is a temporary file hard-linked to its name: one
+ * {@code link(2)}, which fails if the name exists, so two writers can never both write a
+ * version. Without hard links (some network or FUSE file systems), {@code HDFSLogStore}'s
+ * write. An overwrite (Delta's {@code _last_checkpoint}) is an atomic rename, after removing
+ * Hadoop's checksum of the old content. Neither writes a Hadoop {@code .crc} beside the
+ * file: Hadoop reads a file without one unverified, as it does any file written outside it.
  */
 public class FileLogStore extends HDFSLogStore {
 
     public FileLogStore(Configuration hadoopConf) {
         super(hadoopConf);
+    }
+
+    /** The local file behind {@code path}, or {@code null} when it is not on a local disk. */
+    private static File localFile(Path path, Configuration hadoopConf) throws IOException {
+        FileSystem fs = path.getFileSystem(hadoopConf);
+        if (fs instanceof LocalFileSystem) {
+            return ((LocalFileSystem) fs).pathToFile(path);
+        }
+        if (fs instanceof RawLocalFileSystem) {
+            return ((RawLocalFileSystem) fs).pathToFile(path);
+        }
+        return null;
+    }
+
+    @Override
+    public void write(Path path, Iterator<String> actions, Boolean overwrite,
+                      Configuration hadoopConf) throws IOException {
+        File file = localFile(path, hadoopConf);
+        if (file == null) {
+            super.write(path, actions, overwrite, hadoopConf);
+            return;
+        }
+        List<String> lines = new ArrayList<>();
+        actions.forEachRemaining(lines::add);
+        java.nio.file.Path target = file.toPath();
+        java.nio.file.Path temp = target.resolveSibling(
+            "." + file.getName() + "." + UUID.randomUUID() + ".tmp");
+        try {
+            try (OutputStream out = new BufferedOutputStream(Files.newOutputStream(
+                    temp, StandardOpenOption.CREATE_NEW, StandardOpenOption.WRITE))) {
+                for (String line : lines) {
+                    out.write((line + "\n").getBytes(StandardCharsets.UTF_8));
+                }
+            }
+            java.nio.file.Path checksum = target.resolveSibling("." + file.getName() + ".crc");
+            if (overwrite) {
+                Files.deleteIfExists(checksum);  // first: never the new content, old checksum
+                Files.move(temp, target, StandardCopyOption.ATOMIC_MOVE,
+                           StandardCopyOption.REPLACE_EXISTING);
+                return;
+            }
+            try {
+                Files.createLink(target, temp);
+            } catch (FileAlreadyExistsException exists) {
+                throw new FileAlreadyExistsException(path.toString());
+            } catch (UnsupportedOperationException | IOException noLinks) {
+                Files.deleteIfExists(temp);
+                super.write(path, lines.iterator(), overwrite, hadoopConf);
+            }
+        } finally {
+            Files.deleteIfExists(temp);
+        }
     }
 
     @Override

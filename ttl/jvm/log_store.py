@@ -33,10 +33,16 @@ from ttl.jvm import jars
 SOURCE = Path(__file__).parent / "FileLogStore.java"
 #: Compiled into the same jar: Delta's store for S3 with conditional commits
 #: (``S3ConditionalLogStore.java``), which a profile names for its ``s3a`` paths.
-SOURCES = (SOURCE, Path(__file__).parent / "S3ConditionalLogStore.java")
+SOURCES = (SOURCE, Path(__file__).parent / "S3ConditionalLogStore.java",
+           Path(__file__).parent / "LocalCheckpointFileManager.java")
 CLASS = "ttl.delta.FileLogStore"
 #: The Spark setting that picks Delta's log store for a scheme.
 SETTING = "spark.delta.logStore.file.impl"
+#: Spark's checkpoint file manager, which writes a stream's offsets and commits and Delta's
+#: checksum files (``LocalCheckpointFileManager.java``: Spark's own, with local files
+#: written without starting processes; other file systems keep Spark's code).
+CHECKPOINT_MANAGER_CLASS = "ttl.delta.LocalCheckpointFileManager"
+CHECKPOINT_MANAGER_SETTING = "spark.sql.streaming.checkpointFileManagerClass"
 
 
 def jar_path(versions: jars.Versions | None = None) -> Path:
@@ -93,9 +99,9 @@ def named(settings: dict[str, str]) -> bool:
 
 
 def add_to(settings: dict[str, str]) -> dict[str, str]:
-    """``settings`` with the store named for ``file:`` paths and its jar on ``spark.jars``,
-    when the jar is built and the settings name no store of their own (pure but for the
-    jar's existence)."""
+    """``settings`` with the store named for ``file:`` paths, the checkpoint file manager
+    (``CHECKPOINT_MANAGER_CLASS``) and their jar on ``spark.jars``, when the jar is built,
+    each unless the settings name their own (pure but for the jar's existence)."""
     jar = built()
     if jar is None:
         return settings
@@ -103,6 +109,8 @@ def add_to(settings: dict[str, str]) -> dict[str, str]:
     # set that one): a profile that names either keeps its own.
     ours = {} if SETTING in settings or "spark.delta.logStore.class" in settings \
         else {SETTING: CLASS}
+    if CHECKPOINT_MANAGER_SETTING not in settings:
+        ours[CHECKPOINT_MANAGER_SETTING] = CHECKPOINT_MANAGER_CLASS
     if not ours and not named(settings):  # the jar only when a store of it is named
         return settings
     current = settings.get("spark.jars", "")
