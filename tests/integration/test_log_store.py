@@ -120,3 +120,34 @@ def test_the_checkpoint_file_manager_writes_a_name_once_and_overwrites_when_aske
     write("1", b"never", False, cancel=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["0"]
     assert manager.exists(_jpath(spark, tmp_path / "0"))
+
+
+def test_two_file_log_stores_racing_for_a_version_never_both_win(spark, tmp_path):
+    """Two writers (two store instances, as two drivers would hold) write each of a dozen
+    versions at once: exactly one wins each, and the file holds what it wrote."""
+    import threading
+
+    conf = spark._jsc.hadoopConfiguration()
+    stores = {tag: spark._jvm.ttl.delta.FileLogStore(conf) for tag in ("a", "b")}
+    for version in range(12):
+        path = tmp_path / f"{version:020d}.json"
+        won, failed = [], []
+        start = threading.Barrier(2)
+
+        def write(tag: str, path=path, won=won, failed=failed, start=start) -> None:
+            start.wait()
+            try:
+                stores[tag].write(_jpath(spark, path), _lines(spark, tag), False, conf)
+                won.append(tag)
+            except Exception as exc:  # noqa: BLE001 - the loser's refusal is expected
+                failed.append(str(exc))
+
+        threads = [threading.Thread(target=write, args=(tag,)) for tag in stores]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert len(won) == 1, (version, won, failed)
+        assert all("FileAlreadyExistsException" in f for f in failed), failed
+        assert path.read_text() == f"{won[0]}\n"
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
