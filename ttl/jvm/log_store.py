@@ -6,11 +6,14 @@ stats every file, four per commit: with 30,000 commits a listing took 1.3-1.5 s,
 the directory's names took 0.06 s. A stream with a 2-second trigger writes 43,000 commits a
 day, so a long-running local stream slowed down with the age of its log, not its data.
 ``FileLogStore.java`` lists the names and stats only those at or after the version asked
-for (see its comment); writes stay ``HDFSLogStore``'s.
+for, and writes a commit as a hard link of a temporary file, which refuses a version that
+exists and starts no process (see its comment). ``LocalCheckpointFileManager.java``, Spark's
+checkpoint file manager for the stream's offsets and commits and Delta's checksum files,
+writes local files the same way.
 
 ``ttl setup`` compiles it with the JDK's ``javac`` against the pinned Delta and Hadoop jars;
 ``ttl.spark.session_settings`` then names it as Delta's store for the ``file`` scheme. Without
-a JDK (a JRE only), setup says so and Delta lists the log as before: slower, never different.
+a JDK (a JRE only), setup says so and Delta and Spark write and list the log as before.
 Object stores are untouched: Delta lists S3, ADLS and GCS from a key on, which costs nothing
 per older commit. The same jar holds ``S3ConditionalLogStore.java``, Delta's store for S3
 with commits that exclude other drivers (conditional PUTs), for a profile to name
