@@ -98,6 +98,26 @@ def test_the_snapshot_warm_up_runs_after_a_batch_in_its_own_job_group(spark, tab
     assert set(tracker.getJobIdsForGroup(WARM_GROUP)) - before
 
 
+def test_a_batch_counts_only_the_jobs_it_ran_in_a_group_that_ran_many_before(spark):
+    """A stream's batches run in its query's job group, which holds every job Spark still
+    tracks: ``BatchPhases`` counts only the jobs started since the batch began."""
+    from ttl.phases import BatchPhases
+
+    sc = spark.sparkContext
+    sc.setJobGroup("ttl-test-many-jobs", "a query's group", interruptOnCancel=False)
+    try:
+        for _ in range(30):
+            sc.parallelize([1]).count()  # one job each
+        phases = BatchPhases(spark)
+        assert not phases._own_group  # the group already there is kept
+        for _ in range(3):
+            sc.parallelize([1]).count()  # one job each
+        assert phases.spark_jobs() == 3
+        assert len(phases._job_ids()) >= 33
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+
+
 def test_a_table_with_many_deletion_vector_files_is_never_scanned_whole_by_delta_rs(
         spark, table_path, monkeypatch):
     """delta-rs hangs for good on one scan of a table with hundreds of files with deletion
