@@ -151,3 +151,18 @@ def test_two_file_log_stores_racing_for_a_version_never_both_win(spark, tmp_path
         assert all("FileAlreadyExistsException" in f for f in failed), failed
         assert path.read_text() == f"{won[0]}\n"
     assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_the_checkpoint_file_manager_keeps_sparks_fallback_without_a_file_context(spark,
+                                                                                   tmp_path):
+    """Once named, Spark asks this manager for every path: one on a file system without a
+    ``FileContext`` binding (``s3://`` mapped to S3A, say) gets the ``FileSystem``-based
+    manager Spark falls back to, instead of failing the query or Delta's checksum."""
+    jvm = spark._jvm
+    conf = spark._jsparkSession.sessionState().newHadoopConf()
+    conf.set("fs.nofc.impl", "org.apache.hadoop.fs.RawLocalFileSystem")  # no AbstractFileSystem
+    path = jvm.org.apache.hadoop.fs.Path(f"nofc:{tmp_path}")
+    manager = (jvm.org.apache.spark.sql.execution.streaming.checkpointing
+               .CheckpointFileManager.create(path, conf))
+    assert manager.getClass().getName() == log_store.CHECKPOINT_MANAGER_CLASS
+    assert manager.isLocal()

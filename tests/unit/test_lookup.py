@@ -128,7 +128,9 @@ def test_the_hash_set_finds_exactly_the_rows_is_in_finds(hashes, column, data):
     """``HashSet.rows`` against ``pc.is_in``: values drawn from the set (matches), next to a
     member (the same top bits: what the bitmap lets through to the exact test) and from the
     whole range, over any chunking, an empty set and an empty column included."""
-    def value(v: int) -> int:
+    def value(v: int) -> int | None:
+        if data.draw(st.integers(0, 9)) == 0:
+            return None  # a row without a hash matches nothing
         if not hashes:
             return v
         how = data.draw(st.sampled_from(("member", "beside", "any")))
@@ -140,3 +142,38 @@ def test_the_hash_set_finds_exactly_the_rows_is_in_finds(hashes, column, data):
     want = pc.is_in(array, value_set=pa.array(hashes, pa.int64()))
     got = lookup.HashSet(pa.array(hashes, pa.int64())).rows(array)
     assert got.tolist() == [i for i, w in enumerate(want.to_pylist()) if w]
+
+
+def test_matching_takes_each_batchs_rows_as_a_filter_of_all_batches_would():
+    """``_matching`` over several scanned batches (DataFusion's ``binary_view`` keys, a
+    batch with no match, matches only in later batches): the matching rows in scan order,
+    in ``found_schema()``."""
+    import numpy as np
+
+    from ttl.store.layout import key_hashes
+
+    keys = [b"key-%03d" % i + (b"-long-enough-to-leave-the-view" if i % 3 else b"")
+            for i in range(60)]
+    hashes = key_hashes(pa.array(keys, pa.binary())).to_numpy()
+
+    def batch(lo: int, hi: int) -> pa.RecordBatch:
+        return pa.record_batch({
+            "key_hash": pa.array(hashes[lo:hi], pa.int64()),
+            "key": pa.array(keys[lo:hi], pa.binary_view()),
+            "ts": pa.array(range(lo, hi), pa.int64()),
+            "expires_at": pa.array([None if i % 4 == 0 else i * 10 for i in range(lo, hi)],
+                                   pa.int64()),
+            "record_ttl": pa.array([None] * (hi - lo), pa.int64())})
+
+    batches = [batch(0, 10), batch(10, 25), batch(25, 25), batch(25, 60)]
+    wanted = sorted({3, 12, 24, 40, 59})
+    found = lookup._matching(batches, lookup.HashSet(pa.array(hashes[wanted], pa.int64())))
+    assert found.schema == lookup.found_schema()
+    assert found["key"].to_pylist() == [keys[i] for i in wanted]
+    assert found["ts"].to_pylist() == wanted
+    assert found["expires_at"].to_pylist() == [None if i % 4 == 0 else i * 10 for i in wanted]
+    assert found["key_hash"].to_pylist() == [int(h) for h in np.asarray(hashes)[wanted]]
+    late = lookup._matching(batches, lookup.HashSet(pa.array(hashes[[30, 31]], pa.int64())))
+    assert late["key"].to_pylist() == [keys[30], keys[31]]
+    none = lookup._matching(batches, lookup.HashSet(pa.array([], pa.int64())))
+    assert none.num_rows == 0 and none.schema == lookup.found_schema()

@@ -44,8 +44,8 @@ import org.apache.hadoop.fs.RawLocalFileSystem;
  * And its rename on a local disk replaces a file that appeared meanwhile (Hadoop checks,
  * then renames). Here a commit is a temporary file hard-linked to its name: one
  * {@code link(2)}, which fails if the name exists, so two writers can never both write a
- * version. Without hard links (some network or FUSE file systems), {@code HDFSLogStore}'s
- * write. An overwrite (Delta's {@code _last_checkpoint}) is an atomic rename, after removing
+ * version (of the writers that use this store). Without hard links (some network or FUSE
+ * file systems), {@code HDFSLogStore}'s write. An overwrite (Delta's {@code _last_checkpoint}) is an atomic rename, after removing
  * Hadoop's checksum of the old content. Neither writes a Hadoop {@code .crc} beside the
  * file: Hadoop reads a file without one unverified, as it does any file written outside it.
  */
@@ -87,9 +87,10 @@ public class FileLogStore extends HDFSLogStore {
                     out.write((line + "\n").getBytes(StandardCharsets.UTF_8));
                 }
             }
-            java.nio.file.Path checksum = target.resolveSibling("." + file.getName() + ".crc");
+            // First: a reader never sees the new content beside an old checksum (an
+            // overwritten file's, or one a file removed by hand left behind).
+            Files.deleteIfExists(hadoopChecksum(target));
             if (overwrite) {
-                Files.deleteIfExists(checksum);  // first: never the new content, old checksum
                 Files.move(temp, target, StandardCopyOption.ATOMIC_MOVE,
                            StandardCopyOption.REPLACE_EXISTING);
                 return;
@@ -99,11 +100,28 @@ public class FileLogStore extends HDFSLogStore {
             } catch (FileAlreadyExistsException exists) {
                 throw new FileAlreadyExistsException(path.toString());
             } catch (UnsupportedOperationException | IOException noLinks) {
-                Files.deleteIfExists(temp);
+                removeQuietly(temp);
                 super.write(path, lines.iterator(), overwrite, hadoopConf);
             }
         } finally {
-            Files.deleteIfExists(temp);
+            // Best effort, as HDFSLogStore's clean-up after its rename: once the commit has
+            // its name it is written, whatever happens to the temporary name.
+            removeQuietly(temp);
+        }
+    }
+
+    /** Hadoop's checksum file of {@code file} ({@code .NAME.crc} beside it). */
+    static java.nio.file.Path hadoopChecksum(java.nio.file.Path file) {
+        return file.resolveSibling("." + file.getFileName() + ".crc");
+    }
+
+    /** Remove a temporary file if it is there; a failure only leaves it (a hidden name,
+     * which neither Delta's listing nor Spark's reads). */
+    static void removeQuietly(java.nio.file.Path file) {
+        try {
+            Files.deleteIfExists(file);
+        } catch (IOException ignored) {
+            // left behind: harmless
         }
     }
 

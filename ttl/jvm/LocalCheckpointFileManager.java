@@ -6,17 +6,23 @@ import java.nio.file.StandardCopyOption;
 import java.nio.file.StandardOpenOption;
 
 import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FSDataInputStream;
 import org.apache.hadoop.fs.FSDataOutputStream;
 import org.apache.hadoop.fs.FileAlreadyExistsException;
+import org.apache.hadoop.fs.FileStatus;
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.LocalFileSystem;
 import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.fs.PathFilter;
 import org.apache.hadoop.fs.RawLocalFileSystem;
+import org.apache.hadoop.fs.UnsupportedFileSystemException;
+import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager;
 import org.apache.spark.sql.execution.streaming.checkpointing.FileContextBasedCheckpointFileManager;
+import org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager;
 
 /**
- * Spark's checkpoint file manager (Spark's default, {@code FileContext}-based), with the
- * atomic write of a file on a local disk done through Java's own file API.
+ * Spark's checkpoint file manager, with the atomic write of a file on a local disk done
+ * through Java's own file API.
  *
  * <p>Spark writes a streaming query's offsets and commits through it, and Delta each
  * version's checksum file: three small files a batch, each written to a temporary file and
@@ -27,84 +33,151 @@ import org.apache.spark.sql.execution.streaming.checkpointing.FileContextBasedCh
  * the batch's path. Here the temporary file is written by Java and given its name by a hard
  * link ({@code link(2)}: fails if the name exists, as the rename without overwrite must) or,
  * to overwrite, an atomic rename; no Hadoop {@code .crc} is written beside it (Hadoop reads a
- * file without one unverified). Other file systems, and a local one without hard links, keep
- * Spark's code.
+ * file without one unverified).
+ *
+ * <p>Every other path gets the manager Spark would have chosen without this setting (which,
+ * once set, Spark applies to every path): the {@code FileContext}-based one, or, for a file
+ * system without a {@code FileContext} binding, the {@code FileSystem}-based one. A local
+ * file system without hard links keeps Spark's rename.
  */
-public class LocalCheckpointFileManager extends FileContextBasedCheckpointFileManager {
+public class LocalCheckpointFileManager implements CheckpointFileManager {
 
-    /** The local file system of the directory, or {@code null} when it is not local. */
-    private final RawLocalFileSystem local;
+    private final CheckpointFileManager delegate;
 
     public LocalCheckpointFileManager(Path path, Configuration hadoopConf) {
-        super(path, hadoopConf);
-        RawLocalFileSystem raw = null;
+        RawLocalFileSystem local = null;
         try {
             FileSystem fs = path.getFileSystem(hadoopConf);
             if (fs instanceof LocalFileSystem) {
-                raw = (RawLocalFileSystem) ((LocalFileSystem) fs).getRaw();
+                local = (RawLocalFileSystem) ((LocalFileSystem) fs).getRaw();
             } else if (fs instanceof RawLocalFileSystem) {
-                raw = (RawLocalFileSystem) fs;
+                local = (RawLocalFileSystem) fs;
             }
         } catch (IOException e) {
-            raw = null;  // Spark's own code then reports what is wrong with the path
+            local = null;  // Spark's own manager then reports what is wrong with the path
         }
-        this.local = raw;
-    }
-
-    private java.nio.file.Path file(Path path) {
-        return local.pathToFile(path).toPath();
+        CheckpointFileManager chosen;
+        try {
+            chosen = local != null ? new LocalRenames(path, hadoopConf, local)
+                                   : new FileContextBasedCheckpointFileManager(path, hadoopConf);
+        } catch (Exception e) {  // Scala declares none; Spark falls back on this one
+            if (!(e instanceof UnsupportedFileSystemException)) {
+                throw LocalCheckpointFileManager.<RuntimeException>rethrow(e);
+            }
+            chosen = new FileSystemBasedCheckpointFileManager(path, hadoopConf);
+        }
+        this.delegate = chosen;
     }
 
     /** Throw {@code e} as it is: Scala declares no checked exceptions, and Spark's and
      * Delta's callers catch the I/O exceptions themselves (an existing name included). */
     @SuppressWarnings("unchecked")
-    private static <E extends Throwable> RuntimeException rethrow(Throwable e) throws E {
+    static <E extends Throwable> RuntimeException rethrow(Throwable e) throws E {
         throw (E) e;
     }
 
     @Override
-    public FSDataOutputStream createTempFile(Path path) {
-        if (local == null) {
-            return super.createTempFile(path);
-        }
-        try {
-            return new FSDataOutputStream(Files.newOutputStream(file(path),
-                StandardOpenOption.CREATE, StandardOpenOption.TRUNCATE_EXISTING,
-                StandardOpenOption.WRITE), null);
-        } catch (IOException e) {
-            throw LocalCheckpointFileManager.<RuntimeException>rethrow(e);
-        }
+    public CancellableFSDataOutputStream createAtomic(Path path, boolean overwriteIfPossible) {
+        return delegate.createAtomic(path, overwriteIfPossible);
     }
 
     @Override
-    public void renameTempFile(Path srcPath, Path dstPath, boolean overwriteIfPossible) {
-        if (local == null) {
-            super.renameTempFile(srcPath, dstPath, overwriteIfPossible);
-            return;
+    public FSDataInputStream open(Path path) {
+        return delegate.open(path);
+    }
+
+    @Override
+    public FileStatus[] list(Path path, PathFilter filter) {
+        return delegate.list(path, filter);
+    }
+
+    @Override
+    public FileStatus[] list(Path path) {
+        return delegate.list(path);
+    }
+
+    @Override
+    public void mkdirs(Path path) {
+        delegate.mkdirs(path);
+    }
+
+    @Override
+    public boolean exists(Path path) {
+        return delegate.exists(path);
+    }
+
+    @Override
+    public void delete(Path path) {
+        delegate.delete(path);
+    }
+
+    @Override
+    public boolean isLocal() {
+        return delegate.isLocal();
+    }
+
+    @Override
+    public Path createCheckpointDirectory() {
+        return delegate.createCheckpointDirectory();
+    }
+
+    @Override
+    public void close() {
+        delegate.close();
+    }
+
+    /** Spark's {@code FileContext}-based manager, with a local file's write and rename done
+     * through Java's file API. */
+    static final class LocalRenames extends FileContextBasedCheckpointFileManager {
+
+        private final RawLocalFileSystem local;
+
+        LocalRenames(Path path, Configuration hadoopConf, RawLocalFileSystem local) {
+            super(path, hadoopConf);
+            this.local = local;
         }
-        java.nio.file.Path src = file(srcPath);
-        java.nio.file.Path dst = file(dstPath);
-        try {
-            if (overwriteIfPossible) {
-                // First: a reader never sees the new content beside the old one's checksum.
-                Files.deleteIfExists(dst.resolveSibling("." + dst.getFileName() + ".crc"));
-                Files.move(src, dst, StandardCopyOption.ATOMIC_MOVE,
-                           StandardCopyOption.REPLACE_EXISTING);
-                return;
-            }
+
+        private java.nio.file.Path file(Path path) {
+            return local.pathToFile(path).toPath();
+        }
+
+        @Override
+        public FSDataOutputStream createTempFile(Path path) {
             try {
-                Files.createLink(dst, src);
-            } catch (java.nio.file.FileAlreadyExistsException exists) {
-                Files.deleteIfExists(src);  // Spark's caller leaves it, and nothing reads it
-                throw LocalCheckpointFileManager.<RuntimeException>rethrow(
-                    new FileAlreadyExistsException(dstPath + " already exists"));
-            } catch (UnsupportedOperationException | IOException noLinks) {
-                super.renameTempFile(srcPath, dstPath, false);
-                return;
+                return new FSDataOutputStream(Files.newOutputStream(file(path),
+                    StandardOpenOption.CREATE, StandardOpenOption.TRUNCATE_EXISTING,
+                    StandardOpenOption.WRITE), null);
+            } catch (IOException e) {
+                throw LocalCheckpointFileManager.<RuntimeException>rethrow(e);
             }
-            Files.delete(src);
-        } catch (IOException e) {
-            throw LocalCheckpointFileManager.<RuntimeException>rethrow(e);
+        }
+
+        @Override
+        public void renameTempFile(Path srcPath, Path dstPath, boolean overwriteIfPossible) {
+            java.nio.file.Path src = file(srcPath);
+            java.nio.file.Path dst = file(dstPath);
+            try {
+                // First: a reader never sees the new content beside an old checksum (a file
+                // removed by hand leaves Hadoop's behind).
+                Files.deleteIfExists(FileLogStore.hadoopChecksum(dst));
+                if (overwriteIfPossible) {
+                    Files.move(src, dst, StandardCopyOption.ATOMIC_MOVE,
+                               StandardCopyOption.REPLACE_EXISTING);
+                    return;
+                }
+                try {
+                    Files.createLink(dst, src);
+                } catch (java.nio.file.FileAlreadyExistsException exists) {
+                    FileLogStore.removeQuietly(src);  // Spark's caller leaves it; nothing reads it
+                    throw new FileAlreadyExistsException(dstPath + " already exists");
+                } catch (UnsupportedOperationException | IOException noLinks) {
+                    super.renameTempFile(srcPath, dstPath, false);
+                    return;
+                }
+            } catch (IOException e) {
+                throw LocalCheckpointFileManager.<RuntimeException>rethrow(e);
+            }
+            FileLogStore.removeQuietly(src);  // written: never fail it for the temporary name
         }
     }
 }

@@ -176,10 +176,9 @@ class Lookup:
 SCAN_SETTINGS = {"datafusion.execution.batch_size": str(1 << 16)}
 
 #: The delta-rs lookup matches scanned rows against the batch's keys this many rows at a
-#: time. ``is_in`` builds its hash set of the keys' hashes once per call (for all the chunks of a
-#: chunked array), so a call per scanned batch (DataFusion's 8k rows) rebuilt it 124 times
-#: on a 1M-key table: 0.5 s of a 0.6 s lookup of 100k keys, against 0.03-0.07 s for one
-#: call. The driver holds at most this many rows of the narrow columns (about 40 MB).
+#: time (``_matching``: one concatenation and one pass of ``HashSet.rows`` per call, so the
+#: calls are few). The driver holds at most this many rows of the narrow columns, and one
+#: scanned batch more (about 40 MB).
 MATCH_ROWS = 1 << 20
 
 
@@ -281,7 +280,7 @@ def with_delta_rs(path: str, keys: pa.Array, version: int,
                   statistics: list | None = None, must_prune: bool = False,
                   options: dict[str, str] | None = None) -> pa.Table | None:
     """The delta-rs lookup: the table at ``version``, its narrow columns streamed in Arrow
-    batches and matched to ``keys``' hashes (``is_in`` of ``key_hash`` on the driver: the
+    batches and matched to ``keys``' hashes (``HashSet`` of ``key_hash`` on the driver: the
     rows of every key sharing a hash with one of ``keys``) ``MATCH_ROWS`` at a time; a
     small batch reads only the files that can hold its keys, when that skips files
     (``PRUNE_KEYS``, ``PRUNE_SHARE``). For a small batch, the file statistics it read are
@@ -323,8 +322,9 @@ class HashSet:
     one of them. A 10M-key table scanned for 100k keys asks 10M times, and ``pc.is_in``
     took 0.19 s for it (it builds its hash table of the 100k again at every call, about
     5 ms). Here a bitmap indexed by a hash's top bits, built once, rules out all but a few
-    per cent of the rows (the bitmap has at least 32 bits per hash, at most 2**24: 2 MB),
-    and the rest are looked up exactly in the sorted hashes. Hashes are uniform (xxHash64
+    per cent of the rows (32 slots or more per hash up to 512k hashes, a byte each: 4 MB
+    for 100k hashes, at most 2**24 slots, 16 MB), and the rest are looked up exactly in
+    the sorted hashes. Hashes are uniform (xxHash64
     of the key), so the bitmap works for any keys; a skew would only make more rows reach
     the exact test. Matching a 10M-key table's rows to 100k keys: 0.45 s with ``is_in``,
     0.17 s this way (``_matching``, one table, median of 5)."""
@@ -340,11 +340,17 @@ class HashSet:
         return (values.view(np.uint64) >> self._shift).astype(np.intp)
 
     def rows(self, column: pa.ChunkedArray) -> np.ndarray:
-        """The positions (ascending) of ``column``'s values (int64, no nulls) that are one
-        of the hashes."""
-        values = (np.concatenate([c.to_numpy() for c in column.chunks]) if column.num_chunks
+        """The positions (ascending) of ``column``'s values (int64) that are one of the
+        hashes; a null is none of them (a row whose ``key_hash`` an interrupted upgrade or
+        an operator left empty), as with ``pc.is_in``."""
+        chunks = [pc.fill_null(c, 0) if c.null_count else c for c in column.chunks]
+        values = (np.concatenate([c.to_numpy() for c in chunks]) if chunks
                   else np.empty(0, dtype=np.int64))
         maybe = np.flatnonzero(self._bitmap[self._slots(values)])
+        if column.null_count:
+            valid = np.concatenate([c.is_valid().to_numpy(zero_copy_only=False)
+                                    for c in column.chunks])
+            maybe = maybe[valid[maybe]]
         if not len(self.sorted):
             return maybe  # empty: the bitmap is all False
         candidates = values[maybe]
