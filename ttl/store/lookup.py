@@ -341,8 +341,8 @@ class HashSet:
 
     def rows(self, column: pa.ChunkedArray) -> np.ndarray:
         """The positions (ascending) of ``column``'s values (int64) that are one of the
-        hashes; a null is none of them (a row whose ``key_hash`` an interrupted upgrade or
-        an operator left empty), as with ``pc.is_in``."""
+        hashes; a null is none of them (a row an operator's write left without its
+        ``key_hash``), as with ``pc.is_in``."""
         chunks = [pc.fill_null(c, 0) if c.null_count else c for c in column.chunks]
         values = (np.concatenate([c.to_numpy() for c in chunks]) if chunks
                   else np.empty(0, dtype=np.int64))
