@@ -87,19 +87,13 @@ public class FileLogStore extends HDFSLogStore {
                     out.write((line + "\n").getBytes(StandardCharsets.UTF_8));
                 }
             }
-            // First: a reader never sees the new content beside an old checksum (an
-            // overwritten file's, or one a file removed by hand left behind).
-            Files.deleteIfExists(hadoopChecksum(target));
-            if (overwrite) {
-                Files.move(temp, target, StandardCopyOption.ATOMIC_MOVE,
-                           StandardCopyOption.REPLACE_EXISTING);
-                return;
-            }
+            boolean named;
             try {
-                Files.createLink(target, temp);
+                named = name(temp, target, overwrite);
             } catch (FileAlreadyExistsException exists) {
-                throw new FileAlreadyExistsException(path.toString());
-            } catch (UnsupportedOperationException | IOException noLinks) {
+                throw new FileAlreadyExistsException(path.toString());  // as HDFSLogStore says
+            }
+            if (!named) {
                 removeQuietly(temp);
                 super.write(path, lines.iterator(), overwrite, hadoopConf);
             }
@@ -108,6 +102,32 @@ public class FileLogStore extends HDFSLogStore {
             // its name it is written, whatever happens to the temporary name.
             removeQuietly(temp);
         }
+    }
+
+    /**
+     * Give the written file {@code temp} the name {@code target}: an atomic rename over it
+     * with {@code overwrite}, else a hard link, which throws {@code FileAlreadyExistsException}
+     * (java.nio's) when the name exists. First, a reader never sees the new content beside
+     * an old checksum: Hadoop's {@code .crc} of an overwritten file, or one that a file
+     * removed by hand left behind, is removed. {@code false}: the file system has no hard
+     * links (nothing named; the caller writes its own way).
+     */
+    static boolean name(java.nio.file.Path temp, java.nio.file.Path target, boolean overwrite)
+            throws IOException {
+        Files.deleteIfExists(hadoopChecksum(target));
+        if (overwrite) {
+            Files.move(temp, target, StandardCopyOption.ATOMIC_MOVE,
+                       StandardCopyOption.REPLACE_EXISTING);
+            return true;
+        }
+        try {
+            Files.createLink(target, temp);
+        } catch (FileAlreadyExistsException exists) {
+            throw exists;
+        } catch (UnsupportedOperationException | IOException noLinks) {
+            return false;
+        }
+        return true;
     }
 
     /** Hadoop's checksum file of {@code file} ({@code .NAME.crc} beside it). */

@@ -2,7 +2,6 @@ package ttl.delta;
 
 import java.io.IOException;
 import java.nio.file.Files;
-import java.nio.file.StandardCopyOption;
 import java.nio.file.StandardOpenOption;
 
 import org.apache.hadoop.conf.Configuration;
@@ -157,23 +156,14 @@ public class LocalCheckpointFileManager implements CheckpointFileManager {
             java.nio.file.Path src = file(srcPath);
             java.nio.file.Path dst = file(dstPath);
             try {
-                // First: a reader never sees the new content beside an old checksum (a file
-                // removed by hand leaves Hadoop's behind).
-                Files.deleteIfExists(FileLogStore.hadoopChecksum(dst));
-                if (overwriteIfPossible) {
-                    Files.move(src, dst, StandardCopyOption.ATOMIC_MOVE,
-                               StandardCopyOption.REPLACE_EXISTING);
+                if (!FileLogStore.name(src, dst, overwriteIfPossible)) {
+                    super.renameTempFile(srcPath, dstPath, overwriteIfPossible);
                     return;
                 }
-                try {
-                    Files.createLink(dst, src);
-                } catch (java.nio.file.FileAlreadyExistsException exists) {
-                    FileLogStore.removeQuietly(src);  // Spark's caller leaves it; nothing reads it
-                    throw new FileAlreadyExistsException(dstPath + " already exists");
-                } catch (UnsupportedOperationException | IOException noLinks) {
-                    super.renameTempFile(srcPath, dstPath, false);
-                    return;
-                }
+            } catch (java.nio.file.FileAlreadyExistsException exists) {
+                FileLogStore.removeQuietly(src);  // Spark's caller leaves it; nothing reads it
+                throw LocalCheckpointFileManager.<RuntimeException>rethrow(
+                    new FileAlreadyExistsException(dstPath + " already exists"));
             } catch (IOException e) {
                 throw LocalCheckpointFileManager.<RuntimeException>rethrow(e);
             }
