@@ -568,6 +568,53 @@ def test_a_stored_row_sharing_a_batch_keys_hash_is_left_as_it_is(spark, table_pa
     assert len(rows) == len({bytes(r.key) for r in rows})
 
 
+def test_a_small_batchs_write_names_its_keys_only_when_their_hashes_do_not_tell_them_apart(
+        spark, table_path, monkeypatch):
+    """A small batch's ``replaceWhere`` names only the changed keys' hashes when the lookup
+    proved that they tell the keys' rows apart (``layout.hash_identifies_keys``), and no
+    key then reaches the Delta log. With a row of key ``z`` planted with ``a``'s
+    ``key_hash`` (a collision), the predicate names the keys too: updating and removing
+    ``a`` leaves ``z`` as it is."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    from ttl.store import write
+    from ttl.store.layout import key_hashes
+
+    monkeypatch.setattr(write, "WRITE_PRUNE_SHARE", 2.0)  # replaceWhere whenever it may
+    store = make_store(spark, table_path, lookup="delta-rs")
+
+    def predicate(version: int) -> str:
+        log = os.path.join(table_path, "_delta_log", f"{version:020d}.json")
+        with open(log) as commit_file:
+            (info,) = [json.loads(line)["commitInfo"] for line in commit_file
+                       if "commitInfo" in line]
+        return info["operationParameters"]["predicate"]
+
+    store.apply_records([InputRecord(b"a", b"1", NOW, (), 0, 0),
+                         InputRecord(b"b", b"1", NOW, (), 0, 1)])
+    plain = store.apply_records([InputRecord(b"b", b"2", NOW + 1, (), 0, 2)])
+    assert (plain.write, plain.by_hash, plain.metrics["numDeletedRows"]) == (
+        "replace_where", True, 1)
+    (b_hash,) = key_hashes(pa.array([b"b"], pa.binary())).to_pylist()
+    assert predicate(plain.version) == f"key_hash = {b_hash}"
+    table = spark.read.format("delta").load(table_path)
+    (table.where(F.col("key") == F.lit(b"a"))
+     .withColumn("key", F.lit(b"z")).withColumn("value", F.lit(b"planted"))
+     .write.format("delta").mode("append").save(table_path))
+    updated = store.apply_records([InputRecord(b"a", b"2", NOW + 2, (), 0, 3)])
+    assert (updated.write, updated.by_hash) == ("replace_where", False)
+    assert updated.metrics["numDeletedRows"] == 1  # a's row, not z's
+    assert f"key IN (X'{b'a'.hex()}')" in predicate(updated.version)
+    removed = store.apply_records([InputRecord(b"a", None, NOW + 3, (), 0, 4),
+                                   InputRecord(b"b", b"3", NOW + 3, (), 0, 5)])
+    assert (removed.write, removed.by_hash, removed.rows_deleted) == (
+        "replace_where", False, 1)
+    rows = spark.read.format("delta").load(table_path).select("key", "value").collect()
+    assert sorted((bytes(r.key), bytes(r.value)) for r in rows) == [(b"b", b"3"),
+                                                                    (b"z", b"planted")]
+
+
 def test_optimize_by_key_hash_gives_files_a_small_batch_can_skip(spark, table_path):
     """``maintenance.cluster_by = "key_hash"``: the scheduled OPTIMIZE orders the files by
     ``key_hash`` into files of at most ``optimize_file_bytes``, so each covers a narrow

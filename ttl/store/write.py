@@ -24,8 +24,9 @@ Plan, per micro-batch (the records arrive as one Arrow table, the stream's one r
    * ``replace_where`` when the batch upserts and changes at most ``lookup.PRUNE_KEYS``
      keys, and the files' ``key_hash`` statistics (read by the lookup) say naming them skips
      files (``WRITE_PRUNE_SHARE``): the same rows deleted and inserted, by a predicate that
-     names the changed keys (``key_predicate``), so Delta reads only the files that can
-     hold them;
+     names the changed keys' hashes (``hash_predicate``), so Delta reads only the files that
+     can hold them; and the keys themselves too (``key_predicate``) unless the lookup proved
+     that the hashes tell their rows apart (``WriteResult.by_hash``);
    * ``merge`` when every change removes a key (a replace needs a row to insert); under the
      same condition its ON clause names the keys' hashes too, so it skips files as well (a
      MERGE commits even when it matches nothing, which a DELETE would not: the batch's
@@ -98,8 +99,8 @@ class WriteResult:
     retries: int = 0  # runs again after a Delta conflict with a concurrent commit
     write: str = ""  # the write that made the commit: append, replace, replace_where, merge,
     # empty; or skipped
-    #: Whether a replace matched the stored rows by ``key_hash`` alone
-    #: (``layout.hash_identifies_keys``), not by ``key_hash`` and ``key``.
+    #: Whether a replace (or ``replace_where``) matched the stored rows by ``key_hash``
+    #: alone (``layout.hash_identifies_keys``), not by ``key_hash`` and ``key``.
     by_hash: bool = False
 
 
@@ -357,13 +358,18 @@ def _prunes(spark, changes, share: float | None) -> bool:
             and spark.conf.get(REPLACE_WHERE_ENABLED, "true").strip().lower() == "true")
 
 
-def _replace_where(spark, path: str, changes, wall_ms: int) -> None:
+def _replace_where(spark, path: str, changes, wall_ms: int, by_hash: bool = False) -> None:
     """The replace of a few keys that Delta can skip files for: ``replaceWhere`` with
     ``key_predicate`` deletes exactly the changed keys' stored rows and inserts the
-    upserts' rows (which meet the predicate, as Delta checks), in one commit."""
+    upserts' rows (which meet the predicate, as Delta checks), in one commit. ``by_hash``
+    (the lookup proved that the hashes tell the keys' rows apart): ``hash_predicate``
+    alone, which deletes the same rows; Delta then evaluates no binary comparison per row
+    and its log holds no key, only hashes (measured, 20 updates on 10M keys in 100 files
+    by ``key_hash``: the write phase 1.13 -> 1.02 s, median of 6 alternated)."""
     hashed = _hashed(changes)
+    predicate = hash_predicate(hashed) if by_hash else key_predicate(hashed)
     (frame(spark, _table_rows(hashed, wall_ms)).write.format("delta").mode("overwrite")
-     .option("replaceWhere", key_predicate(hashed)).save(path))
+     .option("replaceWhere", predicate).save(path))
 
 
 def _upserts(changes) -> bool:
@@ -560,12 +566,13 @@ def write_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
         share = lookup.share_to_read(path, version_before, changes["key"])
         result.write = _write_kind(spark, changes, stored, share)
         # The lookup found every stored row sharing a hash with a batch key (``Lookup``).
-        result.by_hash = result.write == "replace" and hash_identifies_keys(
+        result.by_hash = result.write in ("replace", "replace_where") and hash_identifies_keys(
             keys, key_hashes(keys), stored["key"], stored["key_hash"])
         writes = {
             "append": lambda: _append(spark, path, changes, wall_ms),
             "replace": lambda: _replace(spark, path, changes, wall_ms, result.by_hash),
-            "replace_where": lambda: _replace_where(spark, path, changes, wall_ms),
+            "replace_where": lambda: _replace_where(spark, path, changes, wall_ms,
+                                                    result.by_hash),
             "merge": lambda: _merge(spark, path, changes, wall_ms,
                                     named=_prunes(spark, changes, share)),
             "empty": lambda: empty_commit(spark, path, final_meta),
