@@ -163,3 +163,40 @@ def test_a_table_with_many_deletion_vector_files_is_never_scanned_whole_by_delta
                       "stream": {"checkpoint": "unused"}})
     with pytest.raises(ScanBlocked, match="deletion vectors"):
         status.scan(conf, 5, wall_ms=NOW)
+
+
+def test_a_batch_looks_up_and_folds_while_the_previous_snapshot_is_computed(spark,
+                                                                            table_path):
+    """The driver's path waits for the previous commit's snapshot (``settle``) only after
+    its delta-rs lookup and its fold, which need no Spark, and writes once it is there."""
+    import threading
+
+    from tests.support import wait_until
+
+    store = DeltaStore(spark, StoreConfig(name="ov", path=table_path),
+                       wall_clock=FixedClock(NOW))
+    store.apply_records([InputRecord(b"a", b"1", NOW, (), 0, 0)], wall_ms=NOW)
+    store.settle()
+    before = delta_log.latest_version(spark, table_path)
+    warming = threading.Event()  # a warm-up that has not finished
+    store._warming = warming
+    real_settle, waited = store.settle, []
+
+    def settle() -> None:  # the lookups made so far, when the batch starts to wait
+        waited.append(store.lookup.reads["delta-rs"])
+        real_settle()
+
+    store.settle = settle
+    done: list = []
+    batch = threading.Thread(target=lambda: done.append(store.apply_records(
+        [InputRecord(b"a", b"2", NOW + 1, (), 0, 1)], wall_ms=NOW + 1)))
+    batch.start()
+    try:
+        wait_until(lambda: waited, what="the batch to wait for the snapshot")
+        assert waited == [2]  # after its own lookup
+        assert not done and delta_log.latest_version(spark, table_path) == before
+    finally:
+        warming.set()
+        batch.join(120)
+    assert done and done[0].applied and done[0].version == before + 1
+    assert store.get(b"a") == b"2"

@@ -223,8 +223,8 @@ class DeltaStore:
                 self.spark, self.path, self.dead_letter_path, table, sem=self.sem,
                 wall_ms=wall, t0=t0, metadata=meta, txn=txn, phases=phases,
                 keep_changes=keep_changes, done=done, lookup=self.lookup,
-                fence=self.check_writable),
-            wall_ms, metadata, phases)
+                fence=self.check_writable, settle=self.settle),
+            wall_ms, metadata, phases, settled_by_write=True)
 
     def apply_frame(self, records, *, metadata: Callable[[Figures], dict],
                     wall_ms: int | None = None, txn: tuple[str, int] | None = None,
@@ -246,15 +246,20 @@ class DeltaStore:
                 wall_ms, {}, phases)
 
     def _apply(self, write: Callable[[int, int, dict], tuple[WriteResult, dict]],
-               wall_ms: int | None, metadata: dict | None, phases) -> WriteResult:
+               wall_ms: int | None, metadata: dict | None, phases,
+               settled_by_write: bool = False) -> WriteResult:
         """One batch commit by ``write(wall, t0, metadata)``, retried after a conflict;
-        then stream time, the expiry bound and the next snapshot follow it."""
+        then stream time, the expiry bound and the next snapshot follow it. The previous
+        batch's snapshot (``settle``) is waited for first, or, ``settled_by_write``, by
+        ``write`` itself right before it writes (the driver's path: its lookup reads with
+        delta-rs and its fold runs in Python, so both run while the snapshot is computed)."""
         wall = self.wall_clock.now_ms() if wall_ms is None else wall_ms
         t0 = batch_clock(self.clock_kind, wall, self.stream_time.value)
         meta = {"op": OP_BATCH, "store": self.conf.name, "clock": self.clock_kind,
                 **(metadata or {}), "stream_time": self.stream_time.value}
-        with (phases or BatchPhases()).phase("snapshot_wait"):
-            self.settle()
+        if not settled_by_write:
+            with (phases or BatchPhases()).phase("snapshot_wait"):
+                self.settle()
         (result, final), retries = delta_log.retrying(
             lambda: write(wall, t0, meta), what=f"batch of {self.conf.name}")
         result.retries = retries
@@ -275,7 +280,9 @@ class DeltaStore:
     def _warm(self) -> None:
         """Compute the new version's snapshot in the background (``delta_log.warm_snapshot``)
         while the caller publishes the batch or waits for the next one; the next batch
-        waits for it (``settle``), so a batch's own work never competes with it. Then, in
+        waits for it (``settle``) before its Spark work (on the driver's path after its
+        delta-rs lookup and its fold, which overlap it), so its jobs never compete with
+        it. Then, in
         the same thread but no longer waited for, checkpoint when one is due
         (``_checkpoint``). The thread runs its jobs in a job group of its own, so they are
         not counted as a batch's. A failure is harmless (the next write computes the

@@ -517,7 +517,8 @@ def write_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
                 txn: tuple[str, int] | None = None, phases=None,
                 keep_changes: bool = False, done: set[str] | None = None,
                 lookup: Lookup | None = None,
-                fence: Callable[[], None] | None = None) -> tuple[WriteResult, dict]:
+                fence: Callable[[], None] | None = None,
+                settle: Callable[[], None] | None = None) -> tuple[WriteResult, dict]:
     """Apply ``records`` (an Arrow table in ``fold.input_arrow_schema()``) in one store
     commit; returns the result and the final metadata.
 
@@ -530,7 +531,12 @@ def write_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
     batch already wrote (its dead letters: the same records are rejected again) across a
     run again after a conflict. ``lookup`` reads the stored rows (default: ``Lookup()``).
     ``fence`` raises when this process may no longer commit (the store's lease, checked
-    right before the write, and again by a retry).
+    right before the write, and again by a retry). ``settle`` waits for the store's
+    background snapshot of the previous commit (``DeltaStore.settle``), which only the write
+    needs: it is called after the lookup and fold, so they overlap it, and before
+    ``at_stable_version`` checks the version again (phase ``snapshot_wait``). Measured,
+    100k uniform updates, alternated: 2.01 -> 1.87 s a batch on 1M keys, 2.59 -> 2.46 s
+    on 10M.
     """
     done = set() if done is None else done
     phases = phases or BatchPhases()
@@ -546,6 +552,9 @@ def write_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
             with phases.phase("dead_letters"):  # the same records are rejected every time
                 _write_dead_letters(spark, folded.rejects, dead_letter_path, wall_ms, txn)
             done.add("dead_letters")
+        if settle is not None:  # before the version is checked again: no wider gap
+            with phases.phase("snapshot_wait"):
+                settle()
         return stored, folded
 
     (stored, folded), version_before = at_stable_version(spark, path, attempt, fence)
