@@ -76,12 +76,13 @@ def expired_predicate(t: int) -> str:
 
 
 def sweep(store, clock: SweepClock, t: int | None = None, *, dry_run: bool = False,
-          sample: int = 10) -> SweepResult:
+          sample: int = 10, warm: bool = False) -> SweepResult:
     """Delete exactly the entries with ``expires_at <= T`` in one commit (or count them).
 
     The lateness of what it evicted is measured apart (``measure_lateness``): it reads the
     sweep's change data again, as long as the DELETE took on a big table, so callers that
-    hold the store's lock measure it after releasing it."""
+    hold the store's lock measure it after releasing it. ``warm``: a stream's sweep, whose
+    next batch needs the new version's snapshot (``DeltaStore.warm_later``)."""
     started = time.monotonic()
     t = sweep_time(store, clock) if t is None else t
     result = SweepResult(clock, t, dry_run=dry_run)
@@ -113,8 +114,10 @@ def sweep(store, clock: SweepClock, t: int | None = None, *, dry_run: bool = Fal
         return result
     _, result.retries = retrying(delete, what=f"{clock} sweep at {t}")
     _record_outcome(store, result, before)
-    if result.version is not None:
-        store.checkpoint_later()  # when due, in the background (an idle stream's sweeps)
+    if result.version is not None and warm:  # in the background, then a checkpoint when due
+        store.warm_later()
+    elif result.version is not None:  # when due, in the background (an idle stream's sweeps)
+        store.checkpoint_later()
     store.expiry_floor.after_sweep(before, delta_log.latest_version(store.spark, store.path), t,
                                    result.version)
     result.seconds = time.monotonic() - started

@@ -87,7 +87,8 @@ class StoreJobs:
                     self.release()
 
     def wall_sweep(self) -> eviction.SweepResult | None:
-        result = self._guarded("wall sweep", lambda: eviction.sweep(self.store, "wall"))
+        result = self._guarded("wall sweep",
+                               lambda: eviction.sweep(self.store, "wall", warm=True))
         if result is not None:
             # outside the lock: batches need not wait for it
             eviction.measure_lateness(self.store, result)  # type: ignore[arg-type]

@@ -645,7 +645,7 @@ class StreamJob:
         due = (self._last_stream_sweep is None
                or now - self._last_stream_sweep >= self.conf.eviction.stream_interval)
         if due:
-            swept = eviction.sweep(self.store, "stream", now)
+            swept = eviction.sweep(self.store, "stream", now, warm=True)
             self.metrics.sweep(swept)
             # After the batch, outside the lock (it reads the change data), one at a time:
             # a sweep that comes while one is measured goes without the figure.

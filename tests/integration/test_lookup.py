@@ -200,3 +200,24 @@ def test_a_batch_looks_up_and_folds_while_the_previous_snapshot_is_computed(spar
         batch.join(120)
     assert done and done[0].applied and done[0].version == before + 1
     assert store.get(b"a") == b"2"
+
+
+def test_a_streams_sweep_warms_the_new_snapshot_and_a_commands_does_not(spark, table_path):
+    """After a stream's sweep (``warm=True``) the new version's snapshot is computed in
+    the background, as after a batch, so the next batch's write need not; a command's
+    sweep (``ttl evict``) leaves only a checkpoint, when due."""
+    from ttl import eviction
+
+    store = DeltaStore(spark, StoreConfig(name="sw", path=table_path, ttl=1_000),
+                       wall_clock=FixedClock(NOW))
+    tracker = spark.sparkContext.statusTracker()
+    store.apply_records([InputRecord(b"a", b"1", NOW, (), 0, 0),
+                         InputRecord(b"b", b"1", NOW + 5_000, (), 0, 1)], wall_ms=NOW)
+    store.settle()
+    before = set(tracker.getJobIdsForGroup(WARM_GROUP))
+    swept = eviction.sweep(store, "wall", NOW + 2_000, warm=True)
+    assert swept.evicted == 1 and store._warming is not None
+    store.settle()
+    assert set(tracker.getJobIdsForGroup(WARM_GROUP)) - before
+    swept = eviction.sweep(store, "wall", NOW + 7_000)
+    assert swept.evicted == 1 and store._warming is None
