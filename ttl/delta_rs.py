@@ -20,7 +20,7 @@ from urllib.parse import urlparse
 from ttl.config import Config, declared_settings
 from ttl.names import S3_SCHEMES
 
-__all__ = ["is_table", "profile_options", "session_options", "storage_options",
+__all__ = ["is_table", "profile_options", "read_object", "session_options", "storage_options",
            "storage_options_for", "table", "table_if_exists"]
 
 #: Hadoop S3A settings delta-rs takes as they are, under its own names.
@@ -105,3 +105,29 @@ def storage_options_for(path: str, options: Mapping[str, str] | None) -> dict[st
     """The options for a path on S3 (others take none: S3 options on a local path are an
     error in delta-rs)."""
     return dict(options) if options and urlparse(path).scheme in S3_SCHEMES else None
+
+
+def read_object(path: str, options: Mapping[str, str] | None) -> bytes:
+    """One object on S3 (``s3a://bucket/key``), read with the storage options delta-rs
+    gets (``storage_options``: endpoint, region, plain HTTP, keys; what they leave out from
+    the environment, as delta-rs does), through Arrow's S3 client: a file of a table's log
+    that delta-rs reads but does not hand out, such as a version's checksum."""
+    from pyarrow import fs
+
+    options = dict(options or {})
+    parsed = urlparse(path)
+    if parsed.scheme not in S3_SCHEMES:
+        raise ValueError(f"{path}: not an S3 path")
+    settings: dict[str, object] = {}
+    endpoint = options.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        where = urlparse(endpoint)
+        settings.update(endpoint_override=where.netloc, scheme=where.scheme or "https")
+    for name, arg in (("AWS_ACCESS_KEY_ID", "access_key"), ("AWS_SECRET_ACCESS_KEY",
+                      "secret_key"), ("AWS_SESSION_TOKEN", "session_token"),
+                      ("AWS_REGION", "region")):
+        if options.get(name):
+            settings[arg] = options[name]
+    s3 = fs.S3FileSystem(**settings)
+    with s3.open_input_stream(f"{parsed.netloc}{parsed.path}") as stream:
+        return stream.read()

@@ -57,7 +57,8 @@ def collect(conf: Config, *, wall_ms: int | None = None, kafka=None) -> dict:
     clock_now = status_mod.store_now(conf, now)
     cases = " ".join(f"WHEN expires_at - {clock_now} < {upper} THEN '{label}'"
                      for label, upper in EXPIRY_BUCKETS if upper is not None)
-    counted = [] if status_mod.scan_blocked(table) else status_mod.query({"store": table}, (
+    blocked = status_mod.scan_blocked(table, options=options)
+    counted = [] if blocked else status_mod.query({"store": table}, (
         "SELECT CASE WHEN expires_at IS NULL THEN 'never' "
         f"WHEN expires_at <= {clock_now} THEN 'expired' {cases} "
         f"ELSE '{EXPIRY_BUCKETS[-1][0]}' END AS bucket, count(*) AS n FROM store "

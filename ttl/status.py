@@ -14,6 +14,7 @@ It reads the same commit metadata ``ttl.delta_log`` reads for the engine (the JS
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -73,11 +74,13 @@ def query(tables: dict[str, object], sql: str) -> pa.Table:
     return pa.table(builder.execute(sql).read_all())
 
 
-def scan_blocked(table, checksum: dict | None = None) -> str | None:
+def scan_blocked(table, checksum: dict | None = None,
+                 options: Mapping[str, str] | None = None) -> str | None:
     """Why a delta-rs scan of ``table`` must not run (it would hang: too many files with
-    deletion vectors, ``lookup.DELTA_RS_MAX_DV_FILES``), or ``None``."""
+    deletion vectors, ``lookup.DELTA_RS_MAX_DV_FILES``), or ``None``. The count is the
+    version's checksum's (on S3 read with delta-rs's storage ``options``)."""
     if checksum is None:
-        checksum = lookup.checksum(table.table_uri, table.version())
+        checksum = lookup.checksum(table.table_uri, table.version(), options=options)
     files = checksum.get("numDeletionVectorsOpt")
     if files is None or files < lookup.DELTA_RS_MAX_DV_FILES:
         return None
@@ -85,14 +88,16 @@ def scan_blocked(table, checksum: dict | None = None) -> str | None:
             "one scan: the next OPTIMIZE folds them in)")
 
 
-def entry_counts(table, now: int) -> dict[str, int | str]:
+def entry_counts(table, now: int,
+                 options: Mapping[str, str] | None = None) -> dict[str, int | str]:
     """``total`` and ``live`` entries at ``now``. Two queries whose cost does not follow
     the table's rows: a plain count (DataFusion answers it from the files' row counts and
     deletion vectors) and a count of the expired entries, which reads only the files whose
     ``expires_at`` statistics reach ``now`` (one ``CASE`` over every row read them all).
     On a table delta-rs cannot scan (``scan_blocked``): the total from the files' row
-    counts less the checksum's deleted rows, and ``live`` says why it is unknown."""
-    checksum = lookup.checksum(table.table_uri, table.version())  # read once
+    counts less the checksum's deleted rows, and ``live`` says why it is unknown.
+    ``options``: ``scan_blocked``'s."""
+    checksum = lookup.checksum(table.table_uri, table.version(), options=options)  # once
     blocked = scan_blocked(table, checksum)
     if blocked is not None:
         rows = pa.table(table.get_add_actions(flatten=False))["num_records"]
@@ -183,7 +188,7 @@ def status(conf: Config, kafka=None, *, wall_ms: int | None = None) -> dict[str,
     stream_time = view.stream_time(progress.stream_time if progress else None)
     now = batch_clock(conf.eviction.clock, wall, stream_time)
     store = view.table
-    counts = entry_counts(store, now)
+    counts = entry_counts(store, now, delta_rs.profile_options(conf))
     dead = _count(conf, conf.store.dead_letters)
     out: dict[str, object] = {
         "store": conf.store.name, "table": conf.store.path, "table version": view.version,
@@ -259,7 +264,7 @@ def get(conf: Config, key: bytes, *, wall_ms: int | None = None) -> dict | None:
     (key_hash,) = key_hashes(pa.array([key], pa.binary())).to_pylist()
     if lookup.files_to_read(pa.table(table.get_add_actions(flatten=True)),
                             pa.array([key], pa.binary())) >= lookup.DELTA_RS_MAX_DV_FILES:
-        _refuse_blocked(table)  # too many files it cannot skip
+        _refuse_blocked(table, conf)  # too many files it cannot skip
     rows = query({"store": table},  # key_hash: files skipped by their statistics
                 "SELECT value, ts, headers, expires_at FROM store "
                 f"WHERE key_hash = {key_hash} AND key = X'{key.hex()}' AND {_live(now)}"
@@ -267,8 +272,8 @@ def get(conf: Config, key: bytes, *, wall_ms: int | None = None) -> dict | None:
     return _entry(rows[0]) if rows else None
 
 
-def _refuse_blocked(table) -> None:
-    blocked = scan_blocked(table)
+def _refuse_blocked(table, conf: Config) -> None:
+    blocked = scan_blocked(table, options=delta_rs.profile_options(conf))
     if blocked is not None:
         raise ScanBlocked(f"{table.table_uri}: {blocked.removeprefix('unknown (').rstrip(')')}"
                           "; read it with Spark meanwhile (spark.read.format('delta'))")
@@ -278,7 +283,7 @@ def scan(conf: Config, limit: int, *, wall_ms: int | None = None) -> list[tuple[
     """Up to ``limit`` live entries in key order."""
     now = store_now(conf, wall_ms)
     table = open_table(conf)
-    _refuse_blocked(table)
+    _refuse_blocked(table, conf)
     rows = query({"store": table},
                 f"SELECT key, value, ts, headers, expires_at FROM store WHERE {_live(now)} "
                 f"ORDER BY key LIMIT {int(limit)}").to_pylist()

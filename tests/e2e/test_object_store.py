@@ -50,6 +50,42 @@ def test_the_conditional_log_store_lets_exactly_one_driver_write_each_version(ob
     assert result["second_write"] == "FileAlreadyExistsException", result
 
 
+def test_a_versions_checksum_is_read_on_s3_without_spark(object_store, monkeypatch):
+    """What runs without Spark (``ttl status``, ``get``, ``scan``, ``report``, the metrics)
+    reads a version's checksum on S3 too, through Arrow's S3 client with the storage
+    options delta-rs gets from the profile: it says how many files carry deletion vectors,
+    and a delta-rs scan of too many would hang, so such a table is refused on S3 as it is
+    on a local disk. Only the keys come from the environment."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    from ttl import delta_rs, status
+    from ttl.store import lookup
+
+    for name in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(name)
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_EC2_METADATA_DISABLED"):
+        monkeypatch.setenv(name, object_store.environment()[name])
+    options = delta_rs.storage_options({
+        k.removeprefix("spark.hadoop."): v for k, v in object_store.spark_settings().items()
+        if k.startswith("spark.hadoop.")})
+    root = object_store.create_bucket(f"crc{uuid.uuid4().hex[:8]}")
+    path = f"{root}/t"
+    write_deltalake(path, pa.table({"x": [1, 2]}), storage_options=options)
+    table = DeltaTable(path, storage_options=options)
+    assert lookup.checksum(path, table.version(), options=options) == {}  # none written
+    assert status.scan_blocked(table, options=options) is None
+    written = {"numFiles": 400, "numDeletionVectorsOpt": lookup.DELTA_RS_MAX_DV_FILES,
+               "numDeletedRecordsOpt": 1}
+    log = object_store.buckets / root.removeprefix("s3a://") / "t" / "_delta_log"
+    (log / f"{table.version():020d}.crc").write_text(json.dumps(written))  # as Delta's
+    assert lookup.checksum(path, table.version(), options=options) == written
+    assert lookup.checksum(path, table.version()) == {}  # neither Spark nor options
+    blocked = status.scan_blocked(table, options=options)
+    assert f"{lookup.DELTA_RS_MAX_DV_FILES} files carry deletion vectors" in blocked
+    assert status.entry_counts(table, 0, options) == {"total": 1, "live": blocked}
+
+
 def test_a_stream_runs_on_the_object_store_as_the_documented_profile_says(
         kafka, object_store, tmp_path):
     """``conf/s3-local.toml`` as written (its endpoint moved to the suite's server, its

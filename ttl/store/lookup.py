@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
+from collections.abc import Mapping
 from itertools import accumulate
 from urllib.parse import urlparse
 
@@ -36,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ttl import delta_log
+from ttl import delta_log, delta_rs
 from ttl.names import S3_SCHEMES
 from ttl.store.fold import STORED_COLUMNS, stored_arrow_schema
 from ttl.store.layout import key_hashes
@@ -248,20 +249,24 @@ def _pruning(files: pa.Table, keys: pa.Array) -> str | None:
     return key_hash_predicate(keys)
 
 
-def checksum(path: str, version: int, spark=None) -> dict:
+def checksum(path: str, version: int, spark=None,
+             options: Mapping[str, str] | None = None) -> dict:
     """The checksum file Delta writes with each version of a table (sizes, counts of files
     with deletion vectors and of deleted rows), ``{}`` without one: read from the local
     file system, or elsewhere through ``spark``'s Hadoop file system (one small GET on
-    S3; without ``spark``, ``{}``)."""
+    S3), or without Spark from S3 with delta-rs's storage ``options``
+    (``delta_rs.read_object``); else ``{}``."""
     name = f"_delta_log/{version:020d}.crc"
     local = local_path(path)
     try:
         if local is not None:
             with open(f"{local.rstrip('/')}/{name}") as file:
                 return json.load(file)
-        if spark is None:
-            return {}
-        return json.loads(delta_log.read_text(spark, f"{path.rstrip('/')}/{name}"))
+        if spark is not None:
+            return json.loads(delta_log.read_text(spark, f"{path.rstrip('/')}/{name}"))
+        if options is not None and urlparse(path).scheme in S3_SCHEMES:
+            return json.loads(delta_rs.read_object(f"{path.rstrip('/')}/{name}", options))
+        return {}
     except Exception:  # noqa: BLE001 - no checksum (not written, gone, unreadable): unknown
         return {}
 
