@@ -111,7 +111,8 @@ def read_object(path: str, options: Mapping[str, str] | None) -> bytes:
     """One object on S3 (``s3a://bucket/key``), read with the storage options delta-rs
     gets (``storage_options``: endpoint, region, plain HTTP, keys; what they leave out from
     the environment, as delta-rs does), through Arrow's S3 client: a file of a table's log
-    that delta-rs reads but does not hand out, such as a version's checksum."""
+    that delta-rs reads but does not hand out, such as a version's checksum. A missing
+    object raises ``FileNotFoundError``."""
     from pyarrow import fs
 
     options = dict(options or {})
@@ -120,9 +121,10 @@ def read_object(path: str, options: Mapping[str, str] | None) -> bytes:
         raise ValueError(f"{path}: not an S3 path")
     settings: dict[str, object] = {}
     endpoint = options.get("AWS_ENDPOINT_URL")
-    if endpoint:
+    if endpoint:  # and a region, as delta-rs assumes: else the SDK asks EC2's metadata
         where = urlparse(endpoint)
-        settings.update(endpoint_override=where.netloc, scheme=where.scheme or "https")
+        settings.update(endpoint_override=where.netloc, scheme=where.scheme or "https",
+                        region="us-east-1")
     for name, arg in (("AWS_ACCESS_KEY_ID", "access_key"), ("AWS_SECRET_ACCESS_KEY",
                       "secret_key"), ("AWS_SESSION_TOKEN", "session_token"),
                       ("AWS_REGION", "region")):

@@ -36,7 +36,8 @@ class StoreJobs:
                  guard: Callable[[], str | None] | None = None,
                  release: Callable[[], None] | None = None,
                  published: Callable[[], int | None] | None = None,
-                 on_sweep: Callable[[eviction.SweepResult], None] | None = None) -> None:
+                 on_sweep: Callable[[eviction.SweepResult], None] | None = None,
+                 warm: bool = False) -> None:
         self.store = store
         self.conf = conf
         self.lock = lock or threading.Lock()
@@ -47,6 +48,10 @@ class StoreJobs:
         # when unknown; VACUUM never removes the change data of what is not published.
         self.published = published
         self.on_sweep = on_sweep  # the driver's metrics
+        # A stream's jobs: its next batch needs the snapshot a sweep's commit makes, so the
+        # sweep computes it in the background (``eviction.sweep``'s ``warm``); the daemon's
+        # have no batch after them.
+        self.warm = warm
         # Told when a job meets a store it can no longer write (its table removed or
         # replaced, the changelog no longer continuing it): no later tick can succeed, so
         # the daemon (or the stream) stops with it instead of failing every tick.
@@ -88,7 +93,7 @@ class StoreJobs:
 
     def wall_sweep(self) -> eviction.SweepResult | None:
         result = self._guarded("wall sweep",
-                               lambda: eviction.sweep(self.store, "wall", warm=True))
+                               lambda: eviction.sweep(self.store, "wall", warm=self.warm))
         if result is not None:
             # outside the lock: batches need not wait for it
             eviction.measure_lateness(self.store, result)  # type: ignore[arg-type]

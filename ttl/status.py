@@ -74,14 +74,21 @@ def query(tables: dict[str, object], sql: str) -> pa.Table:
     return pa.table(builder.execute(sql).read_all())
 
 
-def scan_blocked(table, checksum: dict | None = None,
+_READ = object()  # scan_blocked's checksum: read it
+
+
+def scan_blocked(table, checksum: dict | None | object = _READ,
                  options: Mapping[str, str] | None = None) -> str | None:
     """Why a delta-rs scan of ``table`` must not run (it would hang: too many files with
-    deletion vectors, ``lookup.DELTA_RS_MAX_DV_FILES``), or ``None``. The count is the
-    version's checksum's (on S3 read with delta-rs's storage ``options``)."""
-    if checksum is None:
+    deletion vectors, ``lookup.DELTA_RS_MAX_DV_FILES``, or a checksum that says how many
+    could not be read), or ``None``. The count is the version's checksum's (on S3 read
+    with delta-rs's storage ``options``; ``lookup.checksum``)."""
+    if checksum is _READ:
         checksum = lookup.checksum(table.table_uri, table.version(), options=options)
-    files = checksum.get("numDeletionVectorsOpt")
+    if checksum is None:
+        return ("unknown (the version's checksum, which says whether delta-rs can scan it, "
+                "could not be read)")
+    files = checksum.get("numDeletionVectorsOpt")  # type: ignore[union-attr]
     if files is None or files < lookup.DELTA_RS_MAX_DV_FILES:
         return None
     return (f"unknown ({files} files carry deletion vectors; delta-rs cannot read them in "
@@ -101,7 +108,8 @@ def entry_counts(table, now: int,
     blocked = scan_blocked(table, checksum)
     if blocked is not None:
         rows = pa.table(table.get_add_actions(flatten=False))["num_records"]
-        total = (pc.sum(rows).as_py() or 0) - int(checksum.get("numDeletedRecordsOpt") or 0)
+        deleted = (checksum or {}).get("numDeletedRecordsOpt")  # unknown: none counted
+        total = (pc.sum(rows).as_py() or 0) - int(deleted or 0)
         return {"total": total, "live": blocked}
     total = query({"store": table}, "SELECT count(*) AS n FROM store").to_pylist()[0]["n"]
     expired = query({"store": table}, "SELECT count(*) AS n FROM store WHERE "

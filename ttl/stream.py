@@ -129,7 +129,7 @@ class StreamJob:
         self.jobs = schedule.StoreJobs(self.sweeper, conf, lock=self.lock,
                                        publish=self.publication.unless_busy,
                                        published=self.publication.table_version,
-                                       on_sweep=self.metrics.sweep)
+                                       on_sweep=self.metrics.sweep, warm=True)
         self.jobs.on_fatal = self._job_failed
         self.query = None
         self.query_started = threading.Event()
@@ -243,8 +243,9 @@ class StreamJob:
         steps = [
             ("stop the query", lambda: self.query is not None and self.query.isActive
              and self.query.stop()),
-            ("finish the snapshot warm-up and a checkpoint", self.store.quiesce),
+            # The scheduler first: a sweep it finishes starts a warm-up that quiesce joins.
             ("stop the scheduler", lambda: scheduler.running and scheduler.shutdown(wait=True)),
+            ("finish the snapshot warm-up and a checkpoint", self.store.quiesce),
             # Also joins a batch's publication under way, and raises its error.
             ("publish the last versions", self._publish_locked),
             ("close the changelog producer", self.publisher.close),

@@ -84,6 +84,10 @@ def test_a_versions_checksum_is_read_on_s3_without_spark(object_store, monkeypat
     blocked = status.scan_blocked(table, options=options)
     assert f"{lookup.DELTA_RS_MAX_DV_FILES} files carry deletion vectors" in blocked
     assert status.entry_counts(table, 0, options) == {"total": 1, "live": blocked}
+    wrong = {**options, "AWS_ACCESS_KEY_ID": object_store.environment()["AWS_ACCESS_KEY_ID"],
+             "AWS_SECRET_ACCESS_KEY": "not-the-secret"}  # S3 refuses: unknown, not "none"
+    assert lookup.checksum(path, table.version(), options=wrong) is None
+    assert "could not be read" in status.scan_blocked(table, options=wrong)
 
 
 def test_a_stream_runs_on_the_object_store_as_the_documented_profile_says(

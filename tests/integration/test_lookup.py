@@ -88,10 +88,10 @@ def test_the_snapshot_warm_up_runs_after_a_batch_in_its_own_job_group(spark, tab
     before = set(tracker.getJobIdsForGroup(WARM_GROUP))
     result = store.apply_records([InputRecord(b"a", b"1", NOW, (), 0, 0)], wall_ms=NOW)
     assert result.applied and store.lookup.reads == {"delta-rs": 1}
-    twin = store.for_thread()
-    assert twin._warming is None  # a twin waits for its own warm-ups only
-    store.settle()
-    assert store._warming is None
+    twin = store.for_thread()  # the stream's sweeper: one table, one newest warm-up
+    assert twin._background.warming is store._background.warming is not None
+    twin.settle()
+    assert store._background.warming is None
     store.settle()  # twice (the batch thread and the stream's shutdown) is harmless
     # The warm-up computed the new version's state: its job ran under its own group, not
     # the batch's (whose job count it would otherwise distort).
@@ -179,7 +179,7 @@ def test_a_batch_looks_up_and_folds_while_the_previous_snapshot_is_computed(spar
     store.settle()
     before = delta_log.latest_version(spark, table_path)
     warming = threading.Event()  # a warm-up that has not finished
-    store._warming = warming
+    store._background.warming = warming
     real_settle, waited = store.settle, []
 
     def settle() -> None:  # the lookups made so far, when the batch starts to wait
@@ -214,10 +214,14 @@ def test_a_streams_sweep_warms_the_new_snapshot_and_a_commands_does_not(spark, t
     store.apply_records([InputRecord(b"a", b"1", NOW, (), 0, 0),
                          InputRecord(b"b", b"1", NOW + 5_000, (), 0, 1)], wall_ms=NOW)
     store.settle()
+    sweeper = store.for_thread()  # as the stream's scheduler sweeps
     before = set(tracker.getJobIdsForGroup(WARM_GROUP))
-    swept = eviction.sweep(store, "wall", NOW + 2_000, warm=True)
-    assert swept.evicted == 1 and store._warming is not None
-    store.settle()
+    swept = eviction.sweep(sweeper, "wall", NOW + 2_000, warm=True)
+    assert swept.evicted == 1 and store._background.warming is not None
+    store.settle()  # the stream's next batch waits for the sweeper's warm-up
     assert set(tracker.getJobIdsForGroup(WARM_GROUP)) - before
+    before = set(tracker.getJobIdsForGroup(WARM_GROUP))
     swept = eviction.sweep(store, "wall", NOW + 7_000)
-    assert swept.evicted == 1 and store._warming is None
+    assert swept.evicted == 1 and store._background.warming is None
+    store.quiesce()
+    assert set(tracker.getJobIdsForGroup(WARM_GROUP)) == before

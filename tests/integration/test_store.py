@@ -598,6 +598,13 @@ def test_a_small_batchs_write_names_its_keys_only_when_their_hashes_do_not_tell_
         "replace_where", True, 1)
     (b_hash,) = key_hashes(pa.array([b"b"], pa.binary())).to_pylist()
     assert predicate(plain.version) == f"key_hash = {b_hash}"
+    store.apply_records([InputRecord(b"c", b"1", NOW + 1, (), 0, 10)])
+    both = store.apply_records([InputRecord(b"c", None, NOW + 2, (), 0, 11),
+                                InputRecord(b"b", b"2b", NOW + 2, (), 0, 12)])
+    assert (both.write, both.by_hash, both.rows_deleted) == ("replace_where", True, 1)
+    assert both.metrics["numDeletedRows"] == 2  # c's row and b's old one
+    assert "key IN" not in predicate(both.version)
+    assert store.get(b"c") is None and store.get(b"b") == b"2b"
     table = spark.read.format("delta").load(table_path)
     (table.where(F.col("key") == F.lit(b"a"))
      .withColumn("key", F.lit(b"z")).withColumn("value", F.lit(b"planted"))

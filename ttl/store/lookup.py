@@ -250,22 +250,31 @@ def _pruning(files: pa.Table, keys: pa.Array) -> str | None:
 
 
 def checksum(path: str, version: int, spark=None,
-             options: Mapping[str, str] | None = None) -> dict:
+             options: Mapping[str, str] | None = None) -> dict | None:
     """The checksum file Delta writes with each version of a table (sizes, counts of files
     with deletion vectors and of deleted rows), ``{}`` without one: read from the local
     file system, or elsewhere through ``spark``'s Hadoop file system (one small GET on
     S3), or without Spark from S3 with delta-rs's storage ``options``
-    (``delta_rs.read_object``); else ``{}``."""
+    (``delta_rs.read_object``: ``None``, with a warning, when S3 refused or failed the
+    read, so callers can tell that from a version without a checksum); else ``{}``."""
     name = f"_delta_log/{version:020d}.crc"
     local = local_path(path)
+    if local is None and spark is None and options is not None \
+            and urlparse(path).scheme in S3_SCHEMES:
+        try:
+            return json.loads(delta_rs.read_object(f"{path.rstrip('/')}/{name}", options))
+        except FileNotFoundError:
+            return {}
+        except Exception as exc:  # noqa: BLE001 - unknown: the callers' safe side
+            log.warning("could not read the checksum of %s version %s: %s: %s", path,
+                        version, type(exc).__name__, exc)
+            return None
     try:
         if local is not None:
             with open(f"{local.rstrip('/')}/{name}") as file:
                 return json.load(file)
         if spark is not None:
             return json.loads(delta_log.read_text(spark, f"{path.rstrip('/')}/{name}"))
-        if options is not None and urlparse(path).scheme in S3_SCHEMES:
-            return json.loads(delta_rs.read_object(f"{path.rstrip('/')}/{name}", options))
         return {}
     except Exception:  # noqa: BLE001 - no checksum (not written, gone, unreadable): unknown
         return {}
@@ -278,7 +287,7 @@ def deletion_vector_files(path: str, version: int, spark=None) -> int | None:
     found = checksum(path, version, spark)
     if not found and local_path(path) is None:
         return None
-    return int(found.get("numDeletionVectorsOpt") or 0)
+    return int((found or {}).get("numDeletionVectorsOpt") or 0)
 
 
 def with_delta_rs(path: str, keys: pa.Array, version: int,

@@ -68,10 +68,13 @@ MERGE_BROADCAST_BYTES = 200 * 1024 * 1024
 
 class _Background:
     """The threads a store and its twins run beside their writes (snapshot warm-ups,
-    checkpoints), so a shutdown can wait for them; and the one-checkpoint-at-a-time lock."""
+    checkpoints), so a shutdown can wait for them; the one-checkpoint-at-a-time lock; and
+    the newest snapshot warm-up's event, which the next batch waits for whichever of them
+    started it (a batch's commit, or the stream's sweep in its twin)."""
 
     def __init__(self) -> None:
         self.checkpointing = threading.Lock()
+        self.warming: threading.Event | None = None  # set once the new snapshot is computed
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
 
@@ -131,7 +134,6 @@ class DeltaStore:
         self.expiry_floor = ExpiryFloor()  # shared with for_thread twins: one table
         self.lookup = Lookup(conf.lookup, delta_rs.storage_options_for(
             self.path, delta_rs.session_options(self.spark)))
-        self._warming: threading.Event | None = None  # set once the new snapshot is computed
         self._background = _Background()  # shared with for_thread twins: one table
         self._api_offset = 0
         #: The lease this store's writes are made under (``ttl.lease``): set by whoever
@@ -143,7 +145,6 @@ class DeltaStore:
         are per session and shared by its threads), the same stream time and settings."""
         twin = copy.copy(self)
         twin.spark = self.spark.newSession()
-        twin._warming = None  # the twin warms (and waits for) its own; the lookup is shared
         return twin
 
     # -- stream time and clocks -------------------------------------------------------------
@@ -279,15 +280,16 @@ class DeltaStore:
 
     def _warm(self) -> None:
         """Compute the new version's snapshot in the background (``delta_log.warm_snapshot``)
-        while the caller publishes the batch or waits for the next one; the next batch
-        waits for it (``settle``) before its Spark work (on the driver's path after its
-        delta-rs lookup and its fold, which overlap it), so its jobs never compete with
-        it. Then, in
-        the same thread but no longer waited for, checkpoint when one is due
-        (``_checkpoint``). The thread runs its jobs in a job group of its own, so they are
-        not counted as a batch's. A failure is harmless (the next write computes the
-        snapshot itself) and never fails the batch, which is committed by now."""
+        while the caller publishes the batch or waits for the next one; the next batch,
+        this store's or a twin's, waits for it (``settle``) before its Spark work (on the
+        driver's path after its delta-rs lookup and its fold, which overlap it), so its
+        jobs never compete with it; and for an earlier warm-up still running. Then, in the
+        same thread but no longer waited for, checkpoint when one is due (``_checkpoint``).
+        The thread runs its jobs in a job group of its own, so they are not counted as a
+        batch's. A failure is harmless (the next write computes the snapshot itself) and
+        never fails the batch, which is committed by now."""
         warmed = threading.Event()
+        previous = self._background.warming  # set only after it: the next batch waits for both
 
         def warm() -> None:
             try:
@@ -297,11 +299,13 @@ class DeltaStore:
             except Exception:  # noqa: BLE001 - only a cache: the next write computes it
                 log.debug("warming the snapshot of %s failed", self.path, exc_info=True)
             finally:
+                if previous is not None:
+                    previous.wait()
                 warmed.set()
             self._checkpoint()
 
         if self._background.start("ttl-warm-snapshot", warm):
-            self._warming = warmed
+            self._background.warming = warmed
 
     def in_background(self, name: str, target: Callable[[], object]) -> bool:
         """Run ``target`` on a thread that ``quiesce`` waits for (work that reads the table
@@ -323,8 +327,9 @@ class DeltaStore:
         self._warm()
 
     def checkpoint_later(self) -> None:
-        """Checkpoint in the background when one is due (after a sweep's or maintenance's
-        commit: a stream's batches do it after their snapshot warm-up)."""
+        """Checkpoint in the background when one is due (after a command's sweep or
+        maintenance's commit: a stream's batches and sweeps do it after their snapshot
+        warm-up)."""
         self._background.start("ttl-checkpoint", self._checkpoint)
 
     def _checkpoint(self) -> None:
@@ -344,9 +349,10 @@ class DeltaStore:
             self._background.checkpointing.release()
 
     def settle(self) -> None:
-        """Wait for the background snapshot of the previous batch, if any (a batch waits
-        for it; a checkpoint after it is not waited for)."""
-        warmed, self._warming = self._warming, None
+        """Wait for the background snapshot of the previous commit (a batch's, or a stream
+        sweep's in a twin), if any (a batch waits for it; a checkpoint after it is not
+        waited for)."""
+        warmed, self._background.warming = self._background.warming, None
         if warmed is not None:
             warmed.wait()
 

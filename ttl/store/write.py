@@ -324,9 +324,10 @@ def replace_rows(spark, path: str, rows, removed_too=None, by_hash: bool = False
 #: replace). Past ``lookup.PRUNE_KEYS`` keys the predicate itself is the cost (200 keys,
 #: 10M in 500 files: 6.1 s against 3.3 s; Spark gives up generating code for it).
 WRITE_PRUNE_SHARE = 0.5
-#: Keys are named in the predicate as literals, which Delta keeps in the commit's
-#: ``operationParameters`` in its log: past this many bytes of keys, the batch takes the
-#: replace instead.
+#: Keys may be named in the predicate as literals (``key_predicate``, when their hashes do
+#: not tell them apart), which Delta keeps in the commit's ``operationParameters`` in its
+#: log: past this many bytes of keys, the batch takes the replace instead (decided before
+#: the write knows whether it will name them, so it applies to every small batch).
 WRITE_PRUNE_KEY_BYTES = 4 * 1024
 #: Delta's switch for ``replaceWhere`` on data columns (on by default; off, the write would
 #: only match partition columns, so a pruned write is never chosen).
@@ -533,28 +534,37 @@ def write_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
     ``fence`` raises when this process may no longer commit (the store's lease, checked
     right before the write, and again by a retry). ``settle`` waits for the store's
     background snapshot of the previous commit (``DeltaStore.settle``), which only the write
-    needs: it is called after the lookup and fold, so they overlap it, and before
+    needs: it is called after a delta-rs lookup and the fold, so they overlap it (before a
+    Spark lookup), and before the batch's dead letters and write and before
     ``at_stable_version`` checks the version again (phase ``snapshot_wait``). Measured,
     100k uniform updates, alternated: 2.01 -> 1.87 s a batch on 1M keys, 2.59 -> 2.46 s
-    on 10M.
+    on 10M; within the noise of ``tests.bench.big_state`` on these 2 cores, where the
+    lookup shares them with the snapshot's job (docs/performance.md).
     """
     done = set() if done is None else done
     phases = phases or BatchPhases()
     lookup = lookup or Lookup()
     keys = batch_keys(records)
 
+    def settled() -> None:
+        if settle is not None:
+            with phases.phase("snapshot_wait"):
+                settle()
+
     def attempt(version: int):
+        spark_lookup = not lookup.uses_delta_rs(path)
+        if spark_lookup:  # Spark's jobs run after the snapshot's, never beside them
+            settled()
         with phases.phase("lookup"):
             stored = lookup(spark, path, keys, version)
         with phases.phase("fold"):
             folded = fold_table(records, stored, wall_ms, t0, sem)
+        if not spark_lookup:  # before the version is checked again: no wider gap
+            settled()
         if folded.rejects.num_rows and "dead_letters" not in done:
             with phases.phase("dead_letters"):  # the same records are rejected every time
                 _write_dead_letters(spark, folded.rejects, dead_letter_path, wall_ms, txn)
             done.add("dead_letters")
-        if settle is not None:  # before the version is checked again: no wider gap
-            with phases.phase("snapshot_wait"):
-                settle()
         return stored, folded
 
     (stored, folded), version_before = at_stable_version(spark, path, attempt, fence)
