@@ -57,7 +57,7 @@ def collect(conf: Config, *, wall_ms: int | None = None, kafka=None) -> dict:
     clock_now = status_mod.store_now(conf, now)
     cases = " ".join(f"WHEN expires_at - {clock_now} < {upper} THEN '{label}'"
                      for label, upper in EXPIRY_BUCKETS if upper is not None)
-    blocked = status_mod.scan_blocked(table, options=options)
+    blocked = isinstance(out["live entries"], str)  # status's reason: not scanned
     counted = [] if blocked else status_mod.query({"store": table}, (
         "SELECT CASE WHEN expires_at IS NULL THEN 'never' "
         f"WHEN expires_at <= {clock_now} THEN 'expired' {cases} "

@@ -251,9 +251,9 @@ class DeltaStore:
                settled_by_write: bool = False) -> WriteResult:
         """One batch commit by ``write(wall, t0, metadata)``, retried after a conflict;
         then stream time, the expiry bound and the next snapshot follow it. The previous
-        batch's snapshot (``settle``) is waited for first, or, ``settled_by_write``, by
-        ``write`` itself right before it writes (the driver's path: its lookup reads with
-        delta-rs and its fold runs in Python, so both run while the snapshot is computed)."""
+        commit's snapshot (``settle``) is waited for first, or, ``settled_by_write``, by
+        ``write`` itself (the driver's path: ``write_batch``'s ``settle``, after a delta-rs
+        lookup and the fold, which run while the snapshot is computed)."""
         wall = self.wall_clock.now_ms() if wall_ms is None else wall_ms
         t0 = batch_clock(self.clock_kind, wall, self.stream_time.value)
         meta = {"op": OP_BATCH, "store": self.conf.name, "clock": self.clock_kind,
@@ -269,7 +269,7 @@ class DeltaStore:
             if result.applied:
                 self.expiry_floor.after_write(result.version_before, result.version,
                                               result.earliest_expiry)
-                self._warm()
+                self.warm_later()
         except BaseException:
             held = getattr(result.changes, "release", None)  # rows kept on the executors
             if held is not None:
@@ -278,9 +278,11 @@ class DeltaStore:
         log.debug("batch v%s: %s", result.version, result.counts.as_dict())
         return result
 
-    def _warm(self) -> None:
-        """Compute the new version's snapshot in the background (``delta_log.warm_snapshot``)
-        while the caller publishes the batch or waits for the next one; the next batch,
+    def warm_later(self) -> None:
+        """After a batch's commit, or a stream's sweep's (``eviction.sweep``'s ``warm``: a
+        20-update batch 0.5 s after a sweep, 1M keys, 1.41 s without, 0.92 s with): compute
+        the new version's snapshot in the background (``delta_log.warm_snapshot``) while
+        the caller publishes the batch or waits for the next one; the next batch,
         this store's or a twin's, waits for it (``settle``) before its Spark work (on the
         driver's path after its delta-rs lookup and its fold, which overlap it), so its
         jobs never compete with it; and for an earlier warm-up still running. Then, in the
@@ -318,13 +320,6 @@ class DeltaStore:
             target()
 
         return self._background.start(name, run)
-
-    def warm_later(self) -> None:
-        """After a commit of the stream's that is not a batch's (a sweep): compute the new
-        version's snapshot in the background, then checkpoint when due, as after a batch
-        (``_warm``), so the next batch's write finds it computed. Measured, a 20-update
-        batch 0.5 s after a sweep, 1M keys: 1.41 s without, 0.92 s with."""
-        self._warm()
 
     def checkpoint_later(self) -> None:
         """Checkpoint in the background when one is due (after a command's sweep or
