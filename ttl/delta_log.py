@@ -42,6 +42,9 @@ class Commit:
     operation: str
     metadata: dict | None  # the engine's userMetadata, None for others' commits
     metrics: dict[str, str] = field(default_factory=dict)  # Delta's operationMetrics
+    #: The version the commit's transaction read (``commitInfo.readVersion``); Delta checked
+    #: it for conflicts only against the commits after that one. None when not recorded.
+    read_version: int | None = None
 
     def metric(self, name: str, default: int = 0) -> int:
         raw = self.metrics.get(name)
@@ -230,10 +233,12 @@ def commit_info(spark, path: str, version: int) -> Commit | None:
     info = found.get()
     user = info.userMetadata()
     metrics = info.operationMetrics()
+    read = info.readVersion()
     return Commit(int(version), info.timestamp().getTime() / 1000, info.operation(),
                   commit.decode(None if user.isEmpty() else user.get()),
                   {} if metrics.isEmpty() else dict(
-                      jvm.scala.jdk.javaapi.CollectionConverters.asJava(metrics.get())))
+                      jvm.scala.jdk.javaapi.CollectionConverters.asJava(metrics.get())),
+                  None if read.isEmpty() else int(read.get()))
 
 
 def latest_commit(spark, path: str) -> Commit:

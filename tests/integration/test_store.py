@@ -465,6 +465,42 @@ def test_a_commit_between_the_lookup_and_the_write_makes_the_batch_look_up_again
     assert expected == {b"a": (b"older", NOW - 10)}
 
 
+def test_a_commit_between_the_last_version_check_and_the_write_is_named(
+        spark, table_path, monkeypatch, caplog):
+    """Delta's writers take no expected version: a commit that lands after the batch's last
+    check of the version and before its write's transaction reads the table is checked by
+    neither (the batch's fold did not see it, Delta compares the commit only with later
+    ones). The operator's UPDATE is made right there (as the write's commit settings are
+    applied, the real seam): the batch's result and a warning name its version."""
+    import logging
+
+    from ttl import commit
+
+    store = make_store(spark, table_path)
+    store.apply_records([InputRecord(b"a", b"stored", NOW, (), 0, 0)])
+    made: list[int] = []
+    settings = commit.commit_settings
+
+    def operator_first(spark_, meta, txn):
+        if not made:  # once: the operator's commit, before the batch's write starts
+            spark.sql(f"UPDATE delta.`{table_path}` SET value = X'6f70' WHERE key = X'61'")
+            made.append(1)
+        return settings(spark_, meta, txn)
+
+    monkeypatch.setattr(commit, "commit_settings", operator_first)
+    with caplog.at_level(logging.WARNING, logger="ttl.store.write"):
+        result = store.apply_records([InputRecord(b"b", b"new", NOW + 1, (), 0, 1)])
+    assert made and result.applied
+    checked = result.version_before
+    assert result.unchecked == (checked + 1, checked + 1)
+    assert result.version == checked + 2
+    assert any(f"version(s) {checked + 1}-{checked + 1} landed" in r.getMessage()
+               for r in caplog.records)
+    assert {k: e.value for k, e in store.entries().items()} == {b"a": b"op", b"b": b"new"}
+    monkeypatch.setattr(commit, "commit_settings", settings)
+    assert store.apply_records([InputRecord(b"c", b"v", NOW, (), 0, 2)]).unchecked is None
+
+
 def test_a_key_in_a_file_without_key_hash_statistics_is_still_found_and_replaced(
         spark, table_path):
     """Lookups and small batches' writes skip files by their ``key_hash`` statistics; a

@@ -62,3 +62,20 @@ def test_a_conflict_that_keeps_coming_fails_after_the_retries():
     with pytest.raises(ex.ConcurrentWriteException):
         delta_log.retrying(action, what="test", retries=3, backoff_s=0)
     assert action() == 4  # 1 + 3 retries used every error
+
+
+@pytest.mark.parametrize(("checked", "read", "named"), [
+    (7, 7, None),          # the write read the version the batch checked: Delta checks the rest
+    (7, 6, None),          # (not possible, but never a range)
+    (7, 9, (8, 9)),        # two commits in between: checked by neither
+    (None, 9, None),       # no version checked (a command's write)
+    (7, None, None),       # a commit without readVersion
+])
+def test_the_versions_between_a_batchs_check_and_its_writes_read_are_named(checked, read,
+                                                                           named):
+    """``write.unchecked_versions``: the commits a batch's fold did not see and Delta did
+    not check its commit against (docs/semantics.md, Single writer and the lease)."""
+    from ttl.store.write import unchecked_versions
+
+    written = delta_log.Commit(10, 0.0, "WRITE", {}, read_version=read)
+    assert unchecked_versions(written, checked) == named

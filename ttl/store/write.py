@@ -37,8 +37,12 @@ Plan, per micro-batch (the records arrive as one Arrow table, the stream's one r
 The stored rows are read before the write; a store has one engine writer at a time (the
 lease), and sweeps are serialized with batches in the same driver, but an operator's commit
 can still land in between: the write starts only once the table's version is still the
-lookup's, else the lookup and fold run again (``STALE_LOOKUPS``); a commit after that check
-that touches the batch's rows is Delta's conflict, and the whole batch runs again. The
+lookup's, else the lookup and fold run again (``STALE_LOOKUPS``). A commit after the
+write's Delta transaction read the table that touches the batch's rows is Delta's
+conflict, and the whole batch runs again. Between that check and the transaction's read
+(milliseconds: the write's frame and plan) nothing checks: Delta's writers take no
+expected version. A commit landing there is named in a warning (``unchecked_versions``)
+and in ``WriteResult.unchecked`` (docs/semantics.md, Single writer and the lease). The
 changed rows are handed back (``keep_changes``) when they provably equal the commit's change
 feed (the commit carrying this write's id is the version right after the lookup's), so the
 publisher need not read it back.
@@ -102,6 +106,10 @@ class WriteResult:
     #: Whether a replace (or ``replace_where``) matched the stored rows by ``key_hash``
     #: alone (``layout.hash_identifies_keys``), not by ``key_hash`` and ``key``.
     by_hash: bool = False
+    #: The versions (first, last) that landed after the batch's last version check and
+    #: before its write read the table: checked against the batch by neither (a warning
+    #: names them; ``unchecked_versions``).
+    unchecked: tuple[int, int] | None = None
 
 
 #: Rows per task (and so per file) of a batch's write. Spark splits a DataFrame of the
@@ -490,6 +498,20 @@ def final_metadata(metadata: dict, max_ts: int | None, *, t0: int, wall_ms: int,
             "expired_keys": expired_keys, "write_id": uuid.uuid4().hex}
 
 
+def unchecked_versions(written: delta_log.Commit,
+                       checked: int | None) -> tuple[int, int] | None:
+    """The versions that landed between a batch's last check of the table's version
+    (``checked``: its lookup's, which ``at_stable_version`` confirmed) and the snapshot its
+    write's Delta transaction read (``written.read_version``), as (first, last); ``None``
+    when there are none. Delta checks a commit for conflicts only against the commits after
+    the version its transaction read, and the batch's fold saw none after ``checked``: a
+    commit in between (possible only from a writer beside the engine, which holds the
+    lease) is checked by neither."""
+    if checked is None or written.read_version is None or written.read_version <= checked:
+        return None
+    return checked + 1, written.read_version
+
+
 def commit_write(spark, path: str, result: WriteResult, meta: dict,
                  txn: tuple[str, int] | None, write: Callable[[], None]) -> None:
     """Make the batch's commit with ``write`` (the write ``result.write`` names) under the
@@ -505,6 +527,17 @@ def commit_write(spark, path: str, result: WriteResult, meta: dict,
     result.version = (written.version if written is not None
                       else delta_log.latest_version(spark, path))
     if written is not None:
+        result.unchecked = unchecked_versions(written, result.version_before)
+        if result.unchecked:
+            first, last = result.unchecked
+            log.warning(
+                "%s: version(s) %s-%s landed after the batch's last check of the table's "
+                "version (%s) and before its write read the table (at %s): Delta checked "
+                "the batch's commit %s against none of them, and its fold did not see them. "
+                "If one of them wrote one of the batch's keys (another writer beside the "
+                "engine), that write may be overwritten by the batch's",
+                path, first, last, result.version_before, written.read_version,
+                written.version)
         logged = (REPLACE_METRICS if result.write in ("replace", "replace_where")
                   else LOGGED_METRICS)
         result.metrics = {k: int(v) for k, v in written.metrics.items() if k in logged}
