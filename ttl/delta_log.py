@@ -60,7 +60,8 @@ def _history(spark, path: str, limit: int | None = None):
 
 def _commit(row) -> Commit:
     return Commit(row.version, row.timestamp.timestamp(), row.operation,
-                  commit.decode(row.userMetadata), dict(row.operationMetrics or {}))
+                  commit.decode(row.userMetadata), dict(row.operationMetrics or {}),
+                  row.readVersion)
 
 
 def _meta(key: str):

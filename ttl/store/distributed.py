@@ -257,8 +257,8 @@ def write_frame(spark, path: str, dead_letter_path: str, inputs, *, sem: Semanti
     input offsets), and may raise to refuse the batch before anything is written.
     ``keep_changes``: as there, up to ``KEPT_CHANGES_MAX`` changed keys; ``"held"``: the
     change rows stay on the executors (``HeldChanges``), however many. ``done``,
-    ``fence``: as there; the fence is also checked right before the commit (the fold can
-    take many seconds)."""
+    ``fence``: as there; the fence is also checked after the fold (which can take many
+    seconds), before the version is checked again for the last time."""
     phases = phases or BatchPhases()
     done = set() if done is None else done
     spreads: list[Spread] = []
@@ -270,17 +270,17 @@ def write_frame(spark, path: str, dead_letter_path: str, inputs, *, sem: Semanti
         with phases.phase("fold"):
             spread = fold_frame(spark, path, inputs, version, wall_ms=wall_ms, t0=t0, sem=sem)
         spreads.append(spread)
+        prepared = _prepare(spark, path, dead_letter_path, spread, version, wall_ms=wall_ms,
+                            t0=t0, metadata=metadata, txn=txn, phases=phases, done=done)
+        if fence is not None:  # again after the fold, which can take many seconds
+            fence()
         # Everything before the commit happens in the attempt, so the version check
         # after it covers it all: a commit landing meanwhile makes the batch fold again.
-        return (spread, *_prepare(spark, path, dead_letter_path, spread, version,
-                                  wall_ms=wall_ms, t0=t0, metadata=metadata, txn=txn,
-                                  phases=phases, done=done))
+        return (spread, *prepared)
 
     held = None
     try:
         (spread, result, meta), version_before = at_stable_version(spark, path, attempt, fence)
-        if fence is not None:
-            fence()
         _commit(spark, path, spread, result, meta, wall_ms=wall_ms, txn=txn, phases=phases)
         f = spread.figures
         if not (keep_changes and result.applied and result.version == version_before + 1):

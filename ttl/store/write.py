@@ -37,12 +37,14 @@ Plan, per micro-batch (the records arrive as one Arrow table, the stream's one r
 The stored rows are read before the write; a store has one engine writer at a time (the
 lease), and sweeps are serialized with batches in the same driver, but an operator's commit
 can still land in between: the write starts only once the table's version is still the
-lookup's, else the lookup and fold run again (``STALE_LOOKUPS``). A commit after the
-write's Delta transaction read the table that touches the batch's rows is Delta's
-conflict, and the whole batch runs again. Between that check and the transaction's read
-(milliseconds: the write's frame and plan) nothing checks: Delta's writers take no
-expected version. A commit landing there is named in a warning (``unchecked_versions``)
-and in ``WriteResult.unchecked`` (docs/semantics.md, Single writer and the lease). The
+lookup's, else the lookup and fold run again (``STALE_LOOKUPS``); everything the batch
+writes before its commit (dead letters, a long expired-keys list) is inside what that
+check covers. A commit after the write's Delta transaction read the table that Delta finds
+in conflict with it (one that removed or changed a file the write read) makes the whole
+batch run again. Between that check and the transaction's read (the write's frame and
+plan: milliseconds) nothing checks: Delta's writers take no expected version. A commit
+landing there is named in a warning (``unchecked_versions``) and in
+``WriteResult.unchecked`` (docs/semantics.md, Single writer and the lease). The
 changed rows are handed back (``keep_changes``) when they provably equal the commit's change
 feed (the commit carrying this write's id is the version right after the lookup's), so the
 publisher need not read it back.
@@ -527,7 +529,8 @@ def commit_write(spark, path: str, result: WriteResult, meta: dict,
     result.version = (written.version if written is not None
                       else delta_log.latest_version(spark, path))
     if written is not None:
-        result.unchecked = unchecked_versions(written, result.version_before)
+        if result.write != "empty":  # a property change: no row of anyone's to overwrite
+            result.unchecked = unchecked_versions(written, result.version_before)
         if result.unchecked:
             first, last = result.unchecked
             log.warning(
@@ -598,21 +601,24 @@ def write_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
             with phases.phase("dead_letters"):  # the same records are rejected every time
                 _write_dead_letters(spark, folded.rejects, dead_letter_path, wall_ms, txn)
             done.add("dead_letters")
-        return stored, folded
+        # In the attempt, so the version check after it covers this write too (a stale
+        # attempt's rows carry a write id no commit has: the publisher never reads them).
+        final_meta = final_metadata(metadata, folded.max_ts, t0=t0, wall_ms=wall_ms,
+                                    expired_keys=folded.expired_keys)
+        if len(folded.expired_keys) > EXPIRED_KEYS_INLINE:
+            with phases.phase("expired_keys"):
+                _write_expired_keys(spark, sibling(path, EXPIRED_KEYS_SUFFIX),
+                                    final_meta["write_id"], folded.expired_keys, wall_ms)
+            final_meta["expired_keys"] = EXPIRED_KEYS_ASIDE
+        return stored, folded, final_meta
 
-    (stored, folded), version_before = at_stable_version(spark, path, attempt, fence)
+    (stored, folded, final_meta), version_before = at_stable_version(spark, path, attempt,
+                                                                     fence)
     result = WriteResult(folded.counts, folded.max_ts, rows_upserted=folded.upserted,
                          rows_deleted=folded.deleted, rows_expired=folded.expired,
                          rejected_by_reason=folded.counts.rejected,
                          earliest_expiry=folded.earliest_expiry,
                          version_before=version_before)
-    final_meta = final_metadata(metadata, result.max_ts, t0=t0, wall_ms=wall_ms,
-                                expired_keys=folded.expired_keys)
-    if len(folded.expired_keys) > EXPIRED_KEYS_INLINE:
-        with phases.phase("expired_keys"):
-            _write_expired_keys(spark, sibling(path, EXPIRED_KEYS_SUFFIX),
-                                final_meta["write_id"], folded.expired_keys, wall_ms)
-        final_meta["expired_keys"] = EXPIRED_KEYS_ASIDE
     with phases.phase("write"):
         changes = folded.changes
         share = lookup.share_to_read(path, version_before, changes["key"])
