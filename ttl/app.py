@@ -49,6 +49,7 @@ class App:
         self._spark = spark
         self._stores: dict[bool, object] = {}
         self._guard_lease: Lease | None = None
+        self._session_checked = False
         self._kafka_checked = False
         self.lease_lost = threading.Event()  # the guard's lease was lost while held
         # Under the command line the main thread is interrupted when the lease is lost,
@@ -62,18 +63,39 @@ class App:
     @property
     def spark(self):
         if self._spark is None:
-            self._refuse_a_second_writer()
+            self._refuse_a_second_writer()  # on the profile's settings
             self._spark = get_session(self.conf.spark)
+        if not self._session_checked:
+            self._refuse_a_second_writer()  # on the session's
+            self._session_checked = True
         return self._spark
 
-    def _refuse_a_second_writer(self) -> None:
-        """Refuse, before Spark starts (seconds, not minutes), a profile whose store sits
-        where Delta could let a second driver commit beside this one
-        (``ttl.single_writer``): every command that opens the store or starts Spark, the
-        reading ones too, since the remedy is one setting in the profile."""
-        unsafe = single_writer.problem(self.conf, declared_settings(self.conf.spark))
+    def _refuse_a_second_writer(self, *also: tuple[str, str]) -> None:
+        """Refuse a profile whose tables sit where Delta could let a second driver commit
+        beside this one, or where Spark and ttl's Spark-free reads would not find the same
+        table (``ttl.single_writer``): every command that opens the store or starts Spark,
+        the reading ones too, since the remedy is one setting in the profile. Before Spark
+        starts, on the profile's settings (seconds, not minutes); once a session runs, on
+        its own, which are what Delta goes by and may differ (``spark-submit --conf``,
+        ``core-site.xml``, a session already running when the profile's were given).
+        ``also``: other tables the command writes (``single_writer.problem``)."""
+        if self._spark is None:
+            settings, default_fs = declared_settings(self.conf.spark), None
+        else:
+            settings, default_fs = single_writer.session_view(self._spark)
+        unsafe = single_writer.problem(self.conf, settings, default_fs=default_fs, also=also)
         if unsafe is not None:
             raise ConfigError(unsafe)
+
+    def refuse_an_unsafe_target(self, setting: str, location: str) -> None:
+        """``_refuse_a_second_writer`` for one more table a command writes (a restore's
+        target): on the profile's settings before Spark starts, if it has not, then on the
+        running session's (starting it: the command needs it next anyway)."""
+        started = self._spark is not None
+        self._refuse_a_second_writer((setting, location))
+        if not started:
+            self.spark  # noqa: B018 - starts the session, whose settings are checked next
+            self._refuse_a_second_writer((setting, location))
 
     def store(self, *, check_ttl: bool = True, create: bool = False):
         """The store (``check_ttl=False``: opened under the table's own TTL, for ``alter``).

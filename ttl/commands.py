@@ -293,6 +293,8 @@ def restore(app: App, *, target: str | None = None, until_version: int | None = 
     path = conf.store.path if into_store else target
     if into_store:
         _refuse_a_partial_source(conf, until_version, until_offsets, converter, source_topic)
+    else:
+        app.refuse_an_unsafe_target("--target", path)
     with app.claimed(into_store) as skipped:
         if skipped is not None:
             return skipped

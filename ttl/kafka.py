@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from ttl.batch_size import Sample
 from ttl.config import KafkaConfig
 from ttl.errors import ConfigError, KafkaAccessDenied, KafkaUnreachable
-from ttl.watermarks import watermark_offsets
+from ttl.watermarks import READS_TO_END, watermark_offsets
 
 JAAS_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
                 "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
@@ -147,7 +147,7 @@ class KafkaClients:
         from confluent_kafka import KafkaException, TopicPartition
 
         consumer = self.consumer(**{"isolation.level": "read_uncommitted",
-                                    "enable.partition.eof": True})
+                                    "enable.partition.eof": True, **READS_TO_END})
         try:
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
                                                        timeout=timeout)
@@ -186,7 +186,7 @@ class KafkaClients:
         if not starts:
             return Sample(0, 0)
         consumer = self.consumer(**{"isolation.level": "read_uncommitted",
-                                    "enable.partition.eof": True})
+                                    "enable.partition.eof": True, **READS_TO_END})
         try:
             consumer.assign([TopicPartition(topic, p, o) for p, o in starts.items()])
             open_ = set(starts)

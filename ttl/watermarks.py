@@ -1,10 +1,19 @@
-"""A partition's watermarks, asked until the broker can answer: a small helper of every
-reader of offsets, the driver's (``ttl.kafka``) and the executors' publication
-(``ttl.changelog.partitioned``), which needs nothing of the driver's configuration."""
+"""A partition's watermarks, asked until the broker can answer, and the setting of a read
+to a partition's end: small helpers of every reader of offsets, the driver's
+(``ttl.kafka``) and the executors' publication (``ttl.changelog.partitioned``), which
+needs nothing of the driver's configuration."""
 
 from __future__ import annotations
 
 import time
+
+#: For a consumer that reads partitions to their end (``enable.partition.eof``): the broker
+#: holds a fetch that finds nothing new for ``fetch.wait.max.ms`` (librdkafka's default,
+#: 500 ms), and at the end every fetch finds nothing new. Measured on the local broker, a
+#: read of the progress topic took 515 ms with the default and 27 ms with this; the
+#: progress and a changelog partition's last records, read one after the other, 2.5 s and
+#: 77 ms.
+READS_TO_END = {"fetch.wait.max.ms": 10}
 
 
 def watermark_offsets(consumer, topic: str, partition: int, deadline: float) -> tuple[int, int]:

@@ -5,10 +5,15 @@ Object storage). No mocks: real S3 requests over HTTP."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
+import select
+import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -48,6 +53,106 @@ def test_the_conditional_log_store_lets_exactly_one_driver_write_each_version(ob
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert all(len(won) == 1 and won[0] in ("a", "b") for won in result["winners"]), result
     assert result["second_write"] == "FileAlreadyExistsException", result
+
+
+class DropsConditionalWrites:
+    """A TCP relay in front of an S3 server that removes ``If-None-Match`` from every
+    request: an S3-compatible server that ignores conditional writes, as some do (the
+    server behind it checks no signature, since the header is a signed one)."""
+
+    HEADER = re.compile(rb"\r\nif-none-match:[^\r]*", re.IGNORECASE)
+
+    def __init__(self, target_port: int) -> None:
+        self.target = target_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target))
+            except OSError:
+                client.close()
+                continue
+            threading.Thread(target=self._pump, args=(client, upstream, True),
+                             daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False),
+                             daemon=True).start()
+
+    def _pump(self, src, dst, rewrite: bool) -> None:
+        """Copy ``src`` to ``dst``; requests are held until their sender pauses (or 256 KiB
+        came) so a header is never cut in two before it is removed."""
+        held = b""
+        try:
+            while True:
+                ready, _, _ = select.select([src], [], [], 0.02)
+                if ready:
+                    chunk = src.recv(65536)
+                    if not chunk:
+                        break
+                    held += chunk
+                    if rewrite and len(held) < 262_144:
+                        continue  # until the sender pauses
+                if held:
+                    dst.sendall(self.HEADER.sub(b"", held) if rewrite else held)
+                    held = b""
+        except OSError:
+            pass
+        finally:
+            if held:
+                with contextlib.suppress(OSError):
+                    dst.sendall(self.HEADER.sub(b"", held) if rewrite else held)
+            for sock in (src, dst):  # the other direction's pump then ends too
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+            src.close()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)  # ends a pending accept
+        self.listener.close()
+
+
+def test_the_conditional_log_store_refuses_a_server_that_ignores_conditional_writes(
+        tmp_path):
+    """Behind a server that ignores ``If-None-Match`` every commit would be a blind PUT, the
+    second driver's replacing the first's: the store proves the condition holds (a probe
+    written twice) before its first commit to a bucket, and refuses to commit, naming the
+    bucket and the remedy. Straight to the same server, the same write goes through."""
+    with LocalObjectStore(tmp_path / "s3", check_signatures=False) as server:
+        relay = DropsConditionalWrites(server.port)
+        try:
+            root = server.create_bucket(f"blind{uuid.uuid4().hex[:8]}")
+            outcomes = {}
+            for name, endpoint in (("relayed", relay.endpoint), ("direct", server.endpoint)):
+                settings = {**server.spark_settings(),
+                            "spark.hadoop.fs.s3a.endpoint": endpoint,
+                            "spark.delta.logStore.s3a.impl": "ttl.delta.S3ConditionalLogStore"}
+                proc = subprocess.run(
+                    [sys.executable, str(Path(__file__).with_name("log_store_write.py")),
+                     f"{root}/{name}", "ttl.delta.S3ConditionalLogStore", json.dumps(settings)],
+                    capture_output=True, text=True, timeout=300, cwd=REPO_ROOT,
+                    env={**os.environ, **server.environment(), "PYTHONPATH": str(REPO_ROOT)})
+                assert proc.returncode == 0, proc.stderr[-3000:]
+                outcomes[name] = json.loads(proc.stdout.strip().splitlines()[-1])["write"]
+        finally:
+            relay.close()
+    assert "ignores conditional writes" in outcomes["relayed"], outcomes
+    assert f"{root}" in outcomes["relayed"] and "S3DynamoDBLogStore" in outcomes["relayed"]
+    assert outcomes["direct"] == "written", outcomes
+    log = server.buckets / root.removeprefix("s3a://")
+    assert not (log / "relayed" / "t" / "_delta_log" / f"{0:020d}.json").exists()
+    assert (log / "direct" / "t" / "_delta_log" / f"{0:020d}.json").exists()
+    assert not list(log.rglob(".ttl-if-none-match-*")), "a probe was left behind"
 
 
 def test_a_versions_checksum_is_read_on_s3_without_spark(object_store, monkeypatch):

@@ -454,8 +454,8 @@ def test_a_progress_read_that_cannot_finish_raises_instead_of_starting_over(kafk
 
     class SlowFetches(KafkaClients):
         def consumer(self, **settings):
-            return super().consumer(**settings, **{"fetch.min.bytes": 50_000_000,
-                                                    "fetch.wait.max.ms": 60_000})
+            return super().consumer(**{**settings, "fetch.min.bytes": 50_000_000,
+                                       "fetch.wait.max.ms": 60_000})
 
     with pytest.raises(ProgressUnreadable, match=name):
         read_progress(SlowFetches(kconf, kafka.bootstrap_servers), name, timeout=3)
@@ -617,6 +617,66 @@ def test_a_partitions_publication_is_a_compare_and_set_on_its_progress(kafka, kc
     msgs = read_changelog(kafka, kconf, 5)
     assert {m.partition() for m in msgs} == {1}
     assert [engine(m)["ttl.version"] for m in msgs] == [b"0", b"0", b"1", b"1", b"2"]
+
+
+def test_a_late_partition_publication_sees_a_newer_one_behind_an_open_transaction(
+        kafka, kconf):
+    """A former lease holder's task that reaches a partition late must not send its older
+    versions after a newer publication's, even when its read of the progress topic stops
+    short of the newer progress record (a ``read_committed`` reader stops at the first
+    transaction still open there: another partition's, seconds long): the partition's own
+    last records, read after fencing it, say what it holds."""
+    from confluent_kafka import Producer
+
+    from ttl.changelog.progress import partition_key, partition_record
+
+    key = _keys_of(1, 1)[0]
+    progress_name = topic.progress_topic(kconf.changelog_topic)
+    blocker = Producer({"bootstrap.servers": kafka.bootstrap_servers,
+                        "transactional.id": f"t-{uuid.uuid4().hex}",
+                        "transaction.timeout.ms": 600_000})  # open for the whole test
+    blocker.init_transactions(30)
+    blocker.begin_transaction()  # another partition's, open throughout
+    blocker.produce(progress_name, key=partition_key(0), value=partition_record("s", 0, 0, NOW))
+    blocker.flush(10)
+    try:
+        newer = partitioned.publish_partition(1, _partition_runs(1, {0: [key], 2: [key]}),
+                                              _partition_job(kafka, kconf, end=2))
+        assert newer["records"] == 2
+        # the progress topic alone does not show it: the read stops at the open transaction
+        assert read_progress(clients(kconf, kafka), progress_name).partition_version(1) == -1
+        stale = partitioned.publish_partition(1, _partition_runs(1, {0: [key]}),
+                                              _partition_job(kafka, kconf, end=0))
+        assert (stale["records"], stale["skipped"]) == (0, 1)
+    finally:
+        blocker.abort_transaction(10)
+    msgs = read_changelog(kafka, kconf, 2)
+    assert [(m.value(), engine(m)["ttl.version"]) for m in msgs] == [(b"v0", b"0"),
+                                                                      (b"v2", b"2")]
+
+
+def test_a_version_left_in_part_in_a_partition_is_sent_again_whole(kafka, kconf):
+    """A version too large for one transaction spans several; a crash between them leaves
+    part of it in the partition with no progress record. The next publication must not
+    take the partition's last record for the whole version: it sends the version again,
+    whole, after its part."""
+    from confluent_kafka import Producer
+
+    from ttl.names import partition_transactional_id
+
+    keys = _keys_of(1, 2)
+    crashed = Producer({"bootstrap.servers": kafka.bootstrap_servers,
+                        "transactional.id": partition_transactional_id("s", 1)})
+    crashed.init_transactions(30)
+    crashed.begin_transaction()
+    crashed.produce(kconf.changelog_topic, key=keys[0], value=b"v0", partition=1,
+                    headers=[("ttl.op", b"put"), ("ttl.version", b"0")])
+    crashed.commit_transaction(30)
+    again = partitioned.publish_partition(1, _partition_runs(1, {0: keys}),
+                                          _partition_job(kafka, kconf, end=0))
+    assert (again["records"], again["skipped"]) == (2, 0)
+    msgs = read_changelog(kafka, kconf, 3)
+    assert [m.key() for m in msgs] == [keys[0], *keys]
 
 
 def test_a_partitions_producer_fences_an_older_one_of_that_partition(kafka, kconf):

@@ -10,13 +10,13 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.support import clients, operator_sql, retrying, run_concurrently
-from ttl import app, commands, delta_log, drill, eviction
+from ttl import app, commands, delta_log, drill, eviction, single_writer
 from ttl.changelog import topic
 from ttl.changelog.progress import read_progress
 from ttl.changelog.publisher import Publisher
 from ttl.clock import FixedClock
 from ttl.config import from_dict
-from ttl.errors import LayoutError
+from ttl.errors import ConfigError, LayoutError
 from ttl.record import InputRecord
 from ttl.restore import RestoreError, State, restore
 from ttl.store import DeltaStore
@@ -385,6 +385,34 @@ def test_a_restore_the_changelog_could_not_rebuild_is_refused_for_the_store(
         commands.restore(app.App(conf, bootstrap=kafka.bootstrap_servers, spark=spark), **kwargs)
     assert ("--topic" if partial == "foreign topic" else "--until-version") in str(refused.value)
     assert delta_log.latest_version(spark, conf.store.path) == before
+
+
+def test_a_restore_target_where_two_drivers_could_commit_is_refused(spark, kafka, tmp_path):
+    """A restore's ``--target`` is a table written like the store: on S3 under Delta's
+    default log store (here, the test session's) it is refused before the restore starts,
+    naming the target and the setting that fixes it."""
+    conf = make_conf(tmp_path, kafka)
+    with pytest.raises(ConfigError, match=r"^--target s3a://bucket/copy is on S3") as refused:
+        commands.restore(app.App(conf, bootstrap=kafka.bootstrap_servers, spark=spark),
+                         target="s3a://bucket/copy")
+    assert "spark.delta.logStore.s3a.impl" in str(refused.value)
+
+
+def test_the_running_sessions_settings_are_what_a_store_is_held_to(spark, kafka, tmp_path):
+    """A profile may name the log store that keeps a second driver out while the session it
+    runs in does not have it (a session already running keeps its own settings; Delta
+    picks the log store from the session's): the session's settings are what count."""
+    base = make_conf(tmp_path, kafka)
+    settings = {"spark.delta.logStore.s3a.impl": single_writer.S3_CONDITIONAL}
+    conf = base.model_copy(update={
+        "store": base.store.model_copy(update={"path": "s3a://bucket/store"}),
+        "spark": base.spark.model_copy(update={"settings": settings})})
+    assert single_writer.problem(conf) is None  # the profile alone passes
+    with pytest.raises(ConfigError, match=r"^store.path s3a://bucket/store is on S3.*"
+                                          r"S3SingleDriverLogStore"):
+        app.App(conf, bootstrap=kafka.bootstrap_servers, spark=spark).spark  # noqa: B018
+    settings, default_fs = single_writer.session_view(spark)
+    assert settings["spark.master"].startswith("local") and default_fs.startswith("file:")
 
 
 def test_stream_time_survives_the_delta_logs_retention(spark, kafka, tmp_path):

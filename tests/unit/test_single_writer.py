@@ -72,6 +72,43 @@ def test_a_named_log_store_that_cannot_exclude_them_is_refused_too():
     assert said is not None and said.startswith("store.dead_letter_path s3://b/dead")
 
 
+@pytest.mark.parametrize("default_fs", ["s3a://bucket", "hdfs://nn:8020", "dbfs:/"])
+def test_a_location_without_scheme_off_the_local_disk_is_refused(default_fs):
+    """A path with no scheme is on Hadoop's default file system for Spark (Delta picks its
+    log store by that scheme too), and on the local disk for delta-rs: unless the default
+    is the local file system the two would not see one table, whatever the log store."""
+    conditional = {"spark.delta.logStore.s3a.impl": single_writer.S3_CONDITIONAL}
+    said = single_writer.problem(profile("/data/store", {
+        single_writer.DEFAULT_FS: default_fs, **conditional}))
+    assert said is not None and said.startswith("store.path /data/store has no scheme"), said
+    assert default_fs in said and "fs.defaultFS" in said
+    # from a running session: its Hadoop configuration's default (core-site.xml included)
+    said = single_writer.problem(profile("/data/store", conditional), default_fs=default_fs)
+    assert said is not None and "store.path /data/store" in said
+    # stating a single driver does not make the two agree on where the table is
+    assert single_writer.problem(profile("/data/store", allow_single_driver_log_store=True),
+                                 default_fs=default_fs) is not None
+    for local in ("file:///", "file:/", None):
+        assert single_writer.problem(profile("/data/store"), default_fs=local) is None
+    # a whole location is where it says, whatever the default
+    assert single_writer.problem(profile("file:///data/store"), default_fs=default_fs) is None
+    assert single_writer.problem(profile("s3a://b/store", conditional),
+                                 default_fs=default_fs) is None
+
+
+def test_another_table_a_command_writes_is_held_to_the_same_rule():
+    """A restore's ``--target`` is written like the store: on S3 with Delta's default log
+    store it is refused, naming what named it."""
+    conditional = {"spark.delta.logStore.s3a.impl": single_writer.S3_CONDITIONAL}
+    said = single_writer.problem(profile("/data/store"), also=[("--target", "s3a://b/copy")])
+    assert said is not None and said.startswith("--target s3a://b/copy is on S3"), said
+    assert single_writer.problem(profile("/data/store", conditional),
+                                 also=[("--target", "s3a://b/copy")]) is None
+    said = single_writer.problem(profile("file:///data/store"), also=[("--target", "copy")],
+                                 default_fs="s3a://b")
+    assert said is not None and said.startswith("--target copy has no scheme"), said
+
+
 def test_the_readmes_s3_profile_is_one_the_engine_runs():
     """The README's example profile (on S3) must validate and not be refused."""
     readme = (Path(__file__).parents[2] / "README.md").read_text()

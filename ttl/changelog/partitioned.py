@@ -13,11 +13,21 @@ How it keeps the changelog's rules (docs/semantics.md, Changelog):
 * A task publishes each changelog partition it holds through that partition's own
   transactional producer (``names.partition_transactional_id``). ``init_transactions``
   fences every earlier producer of the partition (a failed attempt of the task, a zombie
-  driver's executors); then the task reads the progress topic, and skips what the
-  partition already holds (its own progress record or the driver's). Nobody can commit
-  for the partition between that read and this task's commit without fencing it first,
-  so the read is a compare-and-set: a partition gets each version once and in order, and
-  a crash at worst repeats a version whole, never skips or reorders one.
+  driver's executors); then the task reads what the partition already holds, and skips
+  it: the progress topic (its own progress record or the driver's) and the versions of
+  the partition's own last records. Nobody can commit for the partition between that
+  read and this task's commit without fencing it first, so the read is a
+  compare-and-set: a partition gets each version once and in order, and a crash at worst
+  repeats a version whole, never skips or reorders one.
+* Why the partition's own records too: a ``read_committed`` reader of the progress topic
+  stops at the first transaction still open there (another partition's, seconds long),
+  so a late task of a former lease holder could miss a newer publication's progress
+  record committed behind it, and send older versions after newer ones. Its own
+  partition has no open transaction of its producer once the task has fenced it, so its
+  last records say the truth: every version before the newest among them was published
+  there whole (each publication goes in version order from what was published before;
+  the newest may be there in part, after a crash in a version that spans transactions,
+  and is sent again whole).
 * The records and the partition's own progress record (``progress/<p>``: every version to
   the range's end) go in one transaction; a partition's share larger than
   ``max_records_per_transaction`` spans transactions, like the driver's, with the progress
@@ -31,6 +41,7 @@ Executors import this module: it needs the standard library, confluent-kafka and
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -38,7 +49,8 @@ from dataclasses import dataclass
 from ttl.changelog import format as fmt
 from ttl.changelog.partitioning import partition_of
 from ttl.changelog.progress import partition_key, partition_record, read_progress_with
-from ttl.names import partition_transactional_id
+from ttl.names import HEADER_VERSION, partition_transactional_id
+from ttl.watermarks import READS_TO_END, watermark_offsets
 
 #: The column ``with_partition`` adds: the row's changelog partition.
 PARTITION = "_changelog_partition"
@@ -199,11 +211,15 @@ def publish_partition(partition: int, runs: Iterable, job: Job) -> dict:
     producer.init_transactions(60)  # fences the partition's earlier producers
     consumer = Consumer({**job.client, "group.id": f"ttl-{uuid.uuid4().hex}",
                          "enable.auto.commit": False, "isolation.level": "read_committed",
-                         "enable.partition.eof": True, "log_level": QUIET})
+                         "enable.partition.eof": True, "log_level": QUIET, **READS_TO_END})
     try:
         held = read_progress_with(consumer, job.progress_topic,
                                   tail=progress_tail(job.partitions)).partition_version(
             partition)
+        if held < job.end + job.offset:
+            # A version in the partition's log is there whole only once a later one is:
+            # a huge version spans transactions (below), and a crash can leave part of it.
+            held = max(held, last_published(consumer, job.topic, partition) - 1)
     finally:
         consumer.close()
     last = job.end + job.offset
@@ -245,6 +261,48 @@ def publish_partition(partition: int, runs: Iterable, job: Job) -> dict:
     progress(last)
     producer.commit_transaction(job.commit_timeout_s)
     return counts
+
+
+def last_published(consumer, topic: str, partition: int, timeout: float = 10.0,
+                   window: int = 8, most: int = 4096) -> int:
+    """The newest changelog version among the last committed records of ``topic``'s
+    ``partition`` (each record's engine ``ttl.version`` header: the last one, as user
+    headers come first), read from its end back through ever larger windows (aborted
+    transactions and their markers hold offsets too); -1 when none is found within
+    ``most`` offsets or ``timeout`` seconds: the progress topic then decides alone, as it
+    did before this read. Through a ``read_committed`` consumer
+    (``enable.partition.eof``), after the partition's producer was fenced (module
+    docstring). Every version before the one returned is in the partition whole; that one
+    may be partly there (a version spanning transactions, cut by a crash)."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    deadline = time.monotonic() + timeout
+    low, high = watermark_offsets(consumer, topic, partition, deadline)
+    start = high
+    while start > max(low, high - most):
+        start = max(low, high - most, start - window)
+        window *= 8
+        consumer.assign([TopicPartition(topic, partition, start)])
+        newest = -1
+        while True:
+            if time.monotonic() > deadline:
+                return -1
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                if msg.error().code() == -191:  # _PARTITION_EOF: the stable end
+                    break
+                raise KafkaException(msg.error())
+            version = None
+            for name, value in msg.headers() or ():
+                if name == HEADER_VERSION:
+                    version = value
+            if version is not None and version.isdigit():
+                newest = max(newest, int(version))
+        if newest >= 0:
+            return newest
+    return -1
 
 
 def progress_tail(partitions: int) -> int:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from confluent_kafka import KafkaException, TopicPartition
 
 from ttl.errors import ProgressUnreadable
-from ttl.watermarks import watermark_offsets
+from ttl.watermarks import READS_TO_END, watermark_offsets
 
 if TYPE_CHECKING:
     from ttl.kafka import KafkaClients
@@ -88,7 +88,7 @@ def read_progress(kafka: KafkaClients, topic: str, timeout: float = 30.0,
     raises ``ProgressUnreadable``: a partial read proves nothing, and a fresh ``Progress``
     would republish from version 0.
     """
-    consumer = kafka.consumer(**{"enable.partition.eof": True})
+    consumer = kafka.consumer(**{"enable.partition.eof": True, **READS_TO_END})
     try:
         return read_progress_with(consumer, topic, timeout, tail)
     finally:
