@@ -10,9 +10,9 @@ import time
 #: For a consumer that reads partitions to their end (``enable.partition.eof``): the broker
 #: holds a fetch that finds nothing new for ``fetch.wait.max.ms`` (librdkafka's default,
 #: 500 ms), and at the end every fetch finds nothing new. Measured on the local broker, a
-#: read of the progress topic took 515 ms with the default and 27 ms with this; the
+#: read of the progress topic took 523 ms with the default and 27 ms with this; the
 #: progress and a changelog partition's last records, read one after the other, 2.5 s and
-#: 77 ms.
+#: 71 ms (``python -m tests.bench.partition_reads``).
 READS_TO_END = {"fetch.wait.max.ms": 10}
 
 
