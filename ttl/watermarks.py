@@ -1,11 +1,12 @@
-"""A partition's watermarks, asked until the broker can answer, and the setting of a read
-to a partition's end: small helpers of every reader of offsets, the driver's
-(``ttl.kafka``) and the executors' publication (``ttl.changelog.partitioned``), which
-needs nothing of the driver's configuration."""
+"""A partition's watermarks, asked until the broker can answer, and a read to a
+partition's end: small helpers of every reader of offsets, the driver's (``ttl.kafka``)
+and the executors' publication (``ttl.changelog.partitioned``), which needs nothing of
+the driver's configuration."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 #: For a consumer that reads partitions to their end (``enable.partition.eof``): the broker
 #: holds a fetch that finds nothing new for ``fetch.wait.max.ms`` (librdkafka's default,
@@ -35,3 +36,25 @@ def watermark_offsets(consumer, topic: str, partition: int, deadline: float) -> 
             if not retriable or time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
+
+
+def read_to_end(consumer, topic: str, partition: int, start: int,
+                deadline: float) -> Iterator:
+    """The records of ``topic``'s ``partition`` from offset ``start`` to its end (the
+    stable end for a ``read_committed`` consumer), through ``consumer``, made with
+    ``enable.partition.eof`` (and ``READS_TO_END``); ``TimeoutError`` once ``deadline``
+    (``time.monotonic``) passes first."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    consumer.assign([TopicPartition(topic, partition, start)])
+    while True:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{topic} partition {partition} was not read to its end in time")
+        msg = consumer.poll(0.5)
+        if msg is None:
+            continue
+        if msg.error() is not None:
+            if msg.error().code() == -191:  # _PARTITION_EOF: the (stable) end
+                return
+            raise KafkaException(msg.error())
+        yield msg

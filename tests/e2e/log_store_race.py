@@ -16,13 +16,20 @@ from ttl.spark import get_session
 ROUNDS = 12
 
 
-def main(root: str, store_class: str, settings: dict[str, str]) -> None:
+def open_stores(store_class: str, settings: dict[str, str], count: int):
+    """A Spark session with S3A and ``settings``, and ``count`` instances of the log store
+    ``store_class`` (a ``ttl.delta`` class), as that many drivers would hold: ``(spark,
+    jvm, hadoop configuration, stores)``."""
     spark = get_session(SparkConfig(master="local[2]", packages=[jars.Versions.load().hadoop_aws()],
                                     settings=settings))
     jvm = spark.sparkContext._jvm
     conf = spark.sparkContext._jsc.hadoopConfiguration()
     store = getattr(jvm.ttl.delta, store_class.rsplit(".", 1)[1])
-    a, b = store(conf), store(conf)
+    return spark, jvm, conf, [store(conf) for _ in range(count)]
+
+
+def main(root: str, store_class: str, settings: dict[str, str]) -> None:
+    spark, jvm, conf, (a, b) = open_stores(store_class, settings, 2)
 
     def lines(tag: str):
         return jvm.java.util.ArrayList([json.dumps({"writer": tag})]).iterator()

@@ -7,17 +7,11 @@ from __future__ import annotations
 import json
 import sys
 
-from ttl.config import SparkConfig
-from ttl.jvm import jars
-from ttl.spark import get_session
+from tests.e2e.log_store_race import open_stores
 
 
 def main(root: str, store_class: str, settings: dict[str, str]) -> None:
-    spark = get_session(SparkConfig(master="local[1]", packages=[jars.Versions.load().hadoop_aws()],
-                                    settings=settings))
-    jvm = spark.sparkContext._jvm
-    conf = spark.sparkContext._jsc.hadoopConfiguration()
-    store = getattr(jvm.ttl.delta, store_class.rsplit(".", 1)[1])(conf)
+    spark, jvm, conf, (store,) = open_stores(store_class, settings, 1)
     path = jvm.org.apache.hadoop.fs.Path(f"{root}/t/_delta_log/{0:020d}.json")
     try:
         store.write(path, jvm.java.util.ArrayList([json.dumps({"v": 0})]).iterator(), False,

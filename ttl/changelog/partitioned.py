@@ -50,7 +50,7 @@ from ttl.changelog import format as fmt
 from ttl.changelog.partitioning import partition_of
 from ttl.changelog.progress import partition_key, partition_record, read_progress_with
 from ttl.names import HEADER_VERSION, partition_transactional_id
-from ttl.watermarks import READS_TO_END, watermark_offsets
+from ttl.watermarks import READS_TO_END, read_to_end, watermark_offsets
 
 #: The column ``with_partition`` adds: the row's changelog partition.
 PARTITION = "_changelog_partition"
@@ -274,32 +274,21 @@ def last_published(consumer, topic: str, partition: int, timeout: float = 10.0,
     (``enable.partition.eof``), after the partition's producer was fenced (module
     docstring). Every version before the one returned is in the partition whole; that one
     may be partly there (a version spanning transactions, cut by a crash)."""
-    from confluent_kafka import KafkaException, TopicPartition
-
     deadline = time.monotonic() + timeout
     low, high = watermark_offsets(consumer, topic, partition, deadline)
     start = high
     while start > max(low, high - most):
         start = max(low, high - most, start - window)
         window *= 8
-        consumer.assign([TopicPartition(topic, partition, start)])
         newest = -1
-        while True:
-            if time.monotonic() > deadline:
-                return -1
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error() is not None:
-                if msg.error().code() == -191:  # _PARTITION_EOF: the stable end
-                    break
-                raise KafkaException(msg.error())
-            version = None
-            for name, value in msg.headers() or ():
-                if name == HEADER_VERSION:
-                    version = value
-            if version is not None and version.isdigit():
-                newest = max(newest, int(version))
+        try:
+            for msg in read_to_end(consumer, topic, partition, start, deadline):
+                version = next((value for name, value in reversed(msg.headers() or ())
+                                if name == HEADER_VERSION), None)
+                if version is not None and version.isdigit():
+                    newest = max(newest, int(version))
+        except TimeoutError:
+            return -1
         if newest >= 0:
             return newest
     return -1

@@ -20,10 +20,8 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from confluent_kafka import KafkaException, TopicPartition
-
 from ttl.errors import ProgressUnreadable
-from ttl.watermarks import READS_TO_END, watermark_offsets
+from ttl.watermarks import READS_TO_END, read_to_end, watermark_offsets
 
 if TYPE_CHECKING:
     from ttl.kafka import KafkaClients
@@ -130,27 +128,21 @@ def _last_progress(consumer, topic: str, start: int, high: int, deadline: float,
     """The last committed progress value from ``start`` to the stable end, the last
     version of each partition's own record after it, and whether any partition's record
     was read."""
-    consumer.assign([TopicPartition(topic, 0, start)])
     last, partitions, seen = None, {}, False
-    while True:
-        if time.monotonic() > deadline:
-            raise ProgressUnreadable(f"the progress topic {topic} was not read to its end "
-                                     f"(offset {high}) within {timeout:.0f} s")
-        msg = consumer.poll(0.5)
-        if msg is None:
-            continue
-        if msg.error() is not None:
-            if msg.error().code() == -191:  # _PARTITION_EOF: read up to the stable end
-                return last, partitions, seen
-            raise KafkaException(msg.error())
-        if msg.value() is None:
-            continue
-        if msg.key() == PROGRESS_KEY:
-            last, partitions = msg.value(), {}
-        elif (msg.key() or b"").startswith(PARTITION_KEY_PREFIX):
-            doc = json.loads(msg.value())
-            partitions[int(doc["partition"])] = int(doc["version"])
-            seen = True
+    try:
+        for msg in read_to_end(consumer, topic, 0, start, deadline):
+            if msg.value() is None:
+                continue
+            if msg.key() == PROGRESS_KEY:
+                last, partitions = msg.value(), {}
+            elif (msg.key() or b"").startswith(PARTITION_KEY_PREFIX):
+                doc = json.loads(msg.value())
+                partitions[int(doc["partition"])] = int(doc["version"])
+                seen = True
+    except TimeoutError:
+        raise ProgressUnreadable(f"the progress topic {topic} was not read to its end "
+                                 f"(offset {high}) within {timeout:.0f} s") from None
+    return last, partitions, seen
 
 
 def published_progress(kafka: KafkaClients, topic: str) -> Progress | None:
