@@ -90,6 +90,9 @@ class Lease:
         #: for a crashed holder's lease (``stream.take_lease``) can stop waiting.
         self.seen_alive = False
         self._fence_seen: str | None = None  # the store's fence when we took the lease
+        #: How many times this process took the lease (a renewal is not a taking): whatever
+        #: ran in between, another holder may have done (``DeltaStore._batch_wall``).
+        self.takings = 0
         # One renewal at a time: the heartbeat and a write's check may both renew, and two
         # UPDATEs of our own row would conflict, the loser taking itself for lost.
         self._renewing = threading.Lock()
@@ -168,6 +171,7 @@ class Lease:
                 # store's fence; a renewal (heartbeat, ``check``) never does, so a process
                 # that lost its lease cannot make a newer holder's fence its own.
                 self._fence_seen = self._fence()
+                self.takings += 1
             return True
         return False
 

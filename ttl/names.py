@@ -63,6 +63,7 @@ OP_SWEEP = "sweep"
 OP_ALTER = "alter"
 OP_RESTORE = "restore"
 OP_INPUT_SKIPPED = "input_skipped"  # lost input skipped on the operator's word
+OP_DEAD_LETTERS = "dead_letters"  # a batch's dead letters (their own table's commits)
 
 # -- sibling tables and topics ---------------------------------------------------------------
 

@@ -279,6 +279,91 @@ def test_replayed_batch_with_the_same_txn_is_not_applied_twice(spark, table_path
     assert store.apply_records(batch, txn=("app-s-batch", 8)).applied
 
 
+@pytest.mark.parametrize("path", ["driver", "executors"])
+def test_a_replayed_batch_that_changes_no_row_is_not_committed_again(spark, table_path, path):
+    """A batch whose records change no row still commits (its stream time and input
+    position), under its txn id: run again after that commit (a crash before the checkpoint
+    caught up), Delta skips it like any other replay, and the log gets no second commit."""
+    from ttl import delta_log
+    from ttl.store.fold import records_table
+
+    store = make_store(spark, table_path)
+    store.apply_records([InputRecord(b"a", b"1", NOW, (), 0, 0)])
+    noop = [InputRecord(b"absent", None, NOW, (), 0, 1),  # a delete of an absent key
+            InputRecord(b"gone", b"x", NOW - TTL, (), 0, 2)]  # absent, expired on arrival
+
+    def apply(txn):
+        if path == "driver":
+            return store.apply_records(noop, txn=txn)
+        return store.apply_frame(spark.createDataFrame(records_table(noop)),
+                                 metadata=lambda figures: {}, txn=txn)
+
+    first = apply(("app", 3))
+    assert (first.write, first.applied) == ("empty", True)
+    assert delta_log.commit_info(spark, table_path, first.version).metadata["stream_time"] == NOW
+    again = apply(("app", 3))
+    assert (again.write, again.applied, again.version) == ("skipped", False, first.version)
+    assert delta_log.latest_version(spark, table_path) == first.version
+    assert apply(("app", 4)).applied  # the next batch's no-op commit is made
+
+
+@pytest.mark.parametrize(("path", "later"), [("driver", True), ("executors", False)],
+                         ids=["driver-a-later-clock", "executors-an-earlier-clock"])
+def test_a_batch_run_again_after_its_dead_letters_takes_their_wall_clock(spark, tmp_path, path,
+                                                                         later):
+    """A run that committed a batch's dead letters and failed before the batch's commit
+    (here: its dead-letter commit made as that run made it, at its wall clock A) leaves the
+    batch to the next run, at another wall clock B, whose dead letters Delta skips by their
+    txn id. A record whose timestamp is in the future at one clock and not at the other
+    must end up in exactly one place: with B later, stored (and dead-lettered by A); with B
+    earlier, rejected now and in neither. The batch runs again at A's clock. On the driver
+    the store itself ran the batch before under its lease, which it then gave up and took
+    again (another process may have run the next batch meanwhile, as here)."""
+    from ttl import delta_log
+    from ttl.lease import Lease
+    from ttl.model import Semantics
+    from ttl.store import write
+    from ttl.store.fold import fold_table, records_table, stored_arrow_schema
+
+    wall_a, wall_b = (NOW, NOW + 10_000) if later else (NOW + 10_000, NOW)
+    max_future = 86_400_000
+    edge = [InputRecord(b"edge", b"v", NOW + max_future + 5_000, (), 0, 1)]
+    batch = [InputRecord(None, b"no key", NOW, (), 0, 0), *edge,
+             InputRecord(b"k", b"v", NOW, (), 0, 2)]
+    txn = ("app-query", 5)
+    table = str(tmp_path / "store")
+    store = make_store(spark, table, now=wall_b)
+    if path == "driver":
+        store.lease = Lease(spark, table)
+        assert store.lease.acquire()
+        store.apply_records([InputRecord(b"before", b"v", NOW, (), 1, 0)], txn=(txn[0], 4))
+        store.lease.release()
+        assert store.lease.acquire()
+    folded = fold_table(records_table(batch), stored_arrow_schema().empty_table(), wall_a,
+                        wall_a, Semantics.from_config(store.conf))
+    write._write_dead_letters(store.spark, folded.rejects, store.dead_letter_path, wall_a, txn)
+    if path == "driver":
+        result = store.apply_records(batch, txn=txn)
+    else:
+        result = store.apply_frame(spark.createDataFrame(records_table(batch)),
+                                   metadata=lambda figures: {}, txn=txn)
+    assert result.applied
+    assert delta_log.commit_info(spark, table, result.version).metadata["wall"] == wall_a
+    dead = [(r.key and bytes(r.key), r.reason, r.rejected_at) for r in
+            spark.read.format("delta").load(store.dead_letter_path).collect()]
+    stored = set(store.entries(at=NOW)) - {b"before"}
+    if later:  # A rejected it: rejected again, not stored
+        assert sorted(dead, key=repr) == [(None, "null_key", wall_a),
+                                          (b"edge", "future_timestamp", wall_a)]
+        assert stored == {b"k"}
+    else:  # A took it: taken again, not lost
+        assert dead == [(None, "null_key", wall_a)]
+        assert stored == {b"k", b"edge"}
+    # The next batch is at the store's own clock again.
+    follows = store.apply_records([InputRecord(None, b"x", NOW, (), 0, 3)], txn=(txn[0], 6))
+    assert delta_log.commit_info(spark, table, follows.version).metadata["wall"] == wall_b
+
+
 def test_a_batch_that_upserts_is_a_replace_and_gives_the_merges_table(spark, tmp_path,
                                                                      monkeypatch):
     """A batch that upserts (stored keys and new ones, with or without removals) is one

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 
 from tests.strategies import CLOCKS, KEYS, WIDE_KEYS, batches, seeded_batches, semantics
-from ttl import eviction
+from ttl import delta_log, eviction
 from ttl.clock import FixedClock
 from ttl.config import StoreConfig
 from ttl.input_position import first_offsets, next_offsets
@@ -90,7 +90,7 @@ def test_batches_over_stored_keys_equal_the_reference_model(spark, tmp_path_fact
 @settings(max_examples=EXECUTOR_EXAMPLES, deadline=None, derandomize=True,
           phases=[Phase.explicit, Phase.generate],
           suppress_health_check=list(HealthCheck))
-@given(sem=semantics(), clock=CLOCKS, replace=st.booleans(),
+@given(sem=semantics(), clock=CLOCKS, replace=st.booleans(), aside=st.booleans(),
        plan=st.one_of(
            st.sampled_from((KEYS, WIDE_KEYS)).flatmap(
                lambda keys: batches(min_batches=1, max_batches=3, max_records=12, keys=keys)),
@@ -98,15 +98,21 @@ def test_batches_over_stored_keys_equal_the_reference_model(spark, tmp_path_fact
                lambda keys: seeded_batches(keys=keys, min_batches=1, max_batches=2,
                                            max_records=12))))
 def test_batches_on_the_executors_equal_the_reference_model(spark, tmp_path_factory, sem,
-                                                            clock, replace, plan):
+                                                            clock, replace, aside, plan):
     """The same check for batches folded on the executors (``ttl.store.distributed``):
     the input as a DataFrame, the stored rows joined to it, each partition folded apart;
-    the figures that reach the driver (counts, offsets) equal the driver path's."""
+    the figures that reach the driver (counts, offsets) equal the driver path's. Each
+    batch runs under a txn id, as the stream's, and runs again after its commit (a replay:
+    nothing changes); its expired-on-arrival keys are the model's, in its metadata or,
+    ``aside``, in the expired-keys table (``write.EXPIRED_KEYS_INLINE``)."""
+    inline = write.EXPIRED_KEYS_INLINE
     write._REPLACE_SUPPORTED = None if replace else False
+    write.EXPIRED_KEYS_INLINE = 0 if aside else inline
     try:
         _run_against_model(spark, tmp_path_factory, sem, clock, plan, on_executors=True)
     finally:
         write._REPLACE_SUPPORTED = None
+        write.EXPIRED_KEYS_INLINE = inline
 
 
 def _run_against_model(spark, tmp_path_factory, sem, clock, plan, how="auto",
@@ -129,10 +135,22 @@ def _run_against_model(spark, tmp_path_factory, sem, clock, plan, how="auto",
         if on_executors:
             table = records_table(batch.records)
             seen.clear()
-            result = store.apply_frame(spark.createDataFrame(table), wall_ms=batch.wall_ms,
-                                       metadata=lambda figures: seen.append(figures) or {})
+
+            def run(table=table, number=number, wall_ms=batch.wall_ms):
+                return store.apply_frame(spark.createDataFrame(table), wall_ms=wall_ms,
+                                         txn=("model", number),
+                                         metadata=lambda figures: seen.append(figures) or {})
+
+            result = run()
             assert (seen[-1].first_offsets, seen[-1].next_offsets) == (
                 first_offsets(table), next_offsets(table)), where
+            if result.applied:
+                meta = delta_log.commit_info(spark, path, result.version).metadata
+                assert sorted(write.expired_keys(spark, path, meta)) == sorted(
+                    o.key.hex() for o in expected.outcomes
+                    if o.had_row and o.final is None and o.removal_op == "expire"), where
+            again = run()
+            assert (again.applied, again.version) == (False, result.version), where
         else:
             result = store.apply_records(batch.records, wall_ms=batch.wall_ms)
             assert not store.lookup.fell_back, "delta-rs could not read the table"
@@ -147,9 +165,9 @@ def _run_against_model(spark, tmp_path_factory, sem, clock, plan, how="auto",
             done = eviction.optimize(store, layout, file_bytes=1024)
             event(f"layout: {layout}" + (f", {done['groups']} groups" if done else ""))
             assert store.entries(at=NO_TIMESTAMP) == model.entries, f"{layout} OPTIMIZE"
-    stored = {(r.source_partition, r.source_offset, r.reason) for r in
-              spark.read.format("delta").load(store.dead_letter_path).collect()}
-    assert stored == set(dead_letters)
+    stored = sorted((r.source_partition, r.source_offset, r.reason) for r in
+                    spark.read.format("delta").load(store.dead_letter_path).collect())
+    assert stored == sorted(dead_letters)  # once each, replays included
     assert DeltaStore(spark, conf, clock=clock, wall_clock=wall).stream_time.value == \
         model.stream_time.value
 

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from ttl.model import Counts, Semantics
 from ttl.names import EXPIRED_KEYS_SUFFIX, sibling
 from ttl.phases import BatchPhases
+from ttl.store import write as driver_write
 from ttl.store.executor_fold import (
     FIGURES,
     INPUT,
@@ -53,7 +54,6 @@ from ttl.store.executor_fold import (
 from ttl.store.fold import INPUT_COLUMNS, STORED_COLUMNS
 from ttl.store.write import (
     EXPIRED_KEYS_ASIDE,
-    EXPIRED_KEYS_INLINE,
     WriteResult,
     append_dead_letters,
     append_expired_keys,
@@ -176,7 +176,7 @@ def fold_frame(spark, path: str, inputs, version: int, *, wall_ms: int, t0: int,
               .select(F.lit(STORED).alias("tag"), "key_hash", *STORED_COLUMNS))
     partitions = max(1, spark.sparkContext.defaultParallelism)
     fold = functools.partial(fold_partition, wall_ms=wall_ms, t0=t0, sem=sem,
-                             inline=EXPIRED_KEYS_INLINE)
+                             inline=driver_write.EXPIRED_KEYS_INLINE)
     out = (inputs.unionByName(stored, allowMissingColumns=True)
            .repartition(partitions, "key_hash")
            .mapInArrow(fold, OUTPUT_DDL)
@@ -316,9 +316,9 @@ def _prepare(spark, path: str, dead_letter_path: str, spread: Spread, version: i
                          earliest_expiry=f.earliest_expiry, version_before=version)
     if f.rejects and "dead_letters" not in done:  # the same records are rejected every time
         with phases.phase("dead_letters"):
-            append_dead_letters(spread.rejects(), dead_letter_path, txn)
+            append_dead_letters(spread.rejects(), dead_letter_path, txn, wall_ms)
         done.add("dead_letters")
-    aside = f.expired > EXPIRED_KEYS_INLINE
+    aside = f.expired > driver_write.EXPIRED_KEYS_INLINE  # read now: one setting
     if aside:
         expired: list[str] | str = EXPIRED_KEYS_ASIDE
     elif f.expired and f.expired_keys is not None and len(f.expired_keys) == f.expired:
@@ -353,6 +353,6 @@ def _commit(spark, path: str, spread: Spread, result: WriteResult, meta: dict, *
                 spread.changes().select("key_hash", "key") if removes else None,
                 by_hash=f.by_hash),
             "merge": lambda: merge_into(spark, path, spread.changes(), wall_ms),
-            "empty": lambda: empty_commit(spark, path, meta),
+            "empty": lambda: empty_commit(spark, path, meta, txn),
         }
         commit_write(spark, path, result, meta, txn, writes[result.write])

@@ -43,7 +43,7 @@ from ttl.store import layout
 from ttl.store.distributed import Figures, held_inputs, write_frame
 from ttl.store.fold import records_table
 from ttl.store.lookup import Lookup
-from ttl.store.write import WriteResult, write_batch
+from ttl.store.write import WriteResult, rejected_wall, write_batch
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +132,9 @@ class DeltaStore:
             through = -1
         self._floor_raised: tuple[int, float] = (through, time.monotonic())
         self.expiry_floor = ExpiryFloor()  # shared with for_thread twins: one table
+        #: The last batch this store ran, and under which taking of which lease
+        #: (``_batch_wall``).
+        self._last_run: tuple | None = None
         self.lookup = Lookup(conf.lookup, delta_rs.storage_options_for(
             self.path, delta_rs.session_options(self.spark)))
         self._background = _Background()  # shared with for_thread twins: one table
@@ -145,6 +148,7 @@ class DeltaStore:
         are per session and shared by its threads), the same stream time and settings."""
         twin = copy.copy(self)
         twin.spark = self.spark.newSession()
+        twin._last_run = None  # its own batches, if any, look for an earlier run
         return twin
 
     # -- stream time and clocks -------------------------------------------------------------
@@ -225,7 +229,7 @@ class DeltaStore:
                 wall_ms=wall, t0=t0, metadata=meta, txn=txn, phases=phases,
                 keep_changes=keep_changes, done=done, lookup=self.lookup,
                 fence=self.check_writable, settle=self.settle),
-            wall_ms, metadata, phases, settled_by_write=True)
+            wall_ms, metadata, phases, txn, settled_by_write=True)
 
     def apply_frame(self, records, *, metadata: Callable[[Figures], dict],
                     wall_ms: int | None = None, txn: tuple[str, int] | None = None,
@@ -244,17 +248,17 @@ class DeltaStore:
                     metadata=lambda figures: {**meta, **metadata(figures)},
                     txn=txn, phases=phases, keep_changes=keep_changes, done=done,
                     fence=self.check_writable),
-                wall_ms, {}, phases)
+                wall_ms, {}, phases, txn)
 
     def _apply(self, write: Callable[[int, int, dict], tuple[WriteResult, dict]],
                wall_ms: int | None, metadata: dict | None, phases,
-               settled_by_write: bool = False) -> WriteResult:
+               txn: tuple[str, int] | None, settled_by_write: bool = False) -> WriteResult:
         """One batch commit by ``write(wall, t0, metadata)``, retried after a conflict;
         then stream time, the expiry bound and the next snapshot follow it. The previous
         commit's snapshot (``settle``) is waited for first, or, ``settled_by_write``, by
         ``write`` itself (the driver's path: ``write_batch``'s ``settle``, after a delta-rs
         lookup and the fold, which run while the snapshot is computed)."""
-        wall = self.wall_clock.now_ms() if wall_ms is None else wall_ms
+        wall = self._batch_wall(txn) if wall_ms is None else wall_ms
         t0 = batch_clock(self.clock_kind, wall, self.stream_time.value)
         meta = {"op": OP_BATCH, "store": self.conf.name, "clock": self.clock_kind,
                 **(metadata or {}), "stream_time": self.stream_time.value}
@@ -277,6 +281,25 @@ class DeltaStore:
             raise
         log.debug("batch v%s: %s", result.version, result.counts.as_dict())
         return result
+
+    def _batch_wall(self, txn: tuple[str, int] | None) -> int:
+        """A batch's wall clock: now, or the one an earlier run of the batch rejected its
+        dead letters at (``write.rejected_wall``). Looked for unless this store ran the
+        batch before it under the same taking of its lease (no other process can have run
+        this one since): a stream's first batch, a batch run again, the first after the
+        lease was taken again."""
+        if txn is not None:
+            lease = self.lease
+            taking = (lease, lease.takings) if lease is not None else (None, 0)
+            follows = self._last_run == (txn[0], txn[1] - 1, *taking)
+            self._last_run = (txn[0], txn[1], *taking)
+            if not follows:
+                earlier = rejected_wall(self.spark, self.dead_letter_path, txn)
+                if earlier is not None:
+                    log.info("%s: batch %s runs again at the wall clock (%s) of its dead "
+                             "letters' commit", self.conf.name, txn[1], earlier)
+                    return earlier
+        return self.wall_clock.now_ms()
 
     def warm_later(self) -> None:
         """After a batch's commit, or a stream's sweep's (``eviction.sweep``'s ``warm``: a

@@ -62,7 +62,7 @@ from typing import TypeVar
 from ttl import commit, delta_log
 from ttl.errors import StaleLookup
 from ttl.model import Counts, Semantics
-from ttl.names import EXPIRED_KEYS_SUFFIX, PROP_LAST_NOOP_BATCH, sibling
+from ttl.names import EXPIRED_KEYS_SUFFIX, OP_DEAD_LETTERS, PROP_LAST_NOOP_BATCH, sibling
 from ttl.phases import BatchPhases
 from ttl.store.fold import batch_keys, fold_table
 from ttl.store.layout import (
@@ -75,7 +75,7 @@ from ttl.store.lookup import PRUNE_KEYS, Lookup
 
 __all__ = ["WriteResult", "append_dead_letters", "append_expired_keys", "append_rows",
            "at_stable_version", "commit_write", "empty_commit", "final_metadata",
-           "merge_into", "replace_rows", "write_batch", "write_kind"]
+           "merge_into", "rejected_wall", "replace_rows", "write_batch", "write_kind"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -138,16 +138,46 @@ def _write_dead_letters(spark, rejects, dead_letter_path: str, wall_ms: int,
     # (``layout.key_hashes`` says why that matters).
     append_dead_letters(frame(spark, rejects.append_column(
         "rejected_at", pa.repeat(pa.scalar(wall_ms, pa.int64()), rejects.num_rows))),
-        dead_letter_path, txn)
+        dead_letter_path, txn, wall_ms)
 
 
-def append_dead_letters(rejected, dead_letter_path: str, txn: tuple[str, int] | None) -> None:
+def append_dead_letters(rejected, dead_letter_path: str, txn: tuple[str, int] | None,
+                        wall_ms: int) -> None:
     """Append a batch's dead letters (a DataFrame in the dead-letter table's columns) under
-    the batch's own idempotent id, so a batch that runs again does not add them twice."""
+    the batch's own idempotent id, so a batch that runs again does not add them twice; the
+    commit says which batch and wall clock rejected them (``rejected_wall``)."""
     writer = rejected.write.format("delta").mode("append")
     if txn is not None:
-        writer = writer.option("txnAppId", f"{txn[0]}:dead-letters").option("txnVersion", txn[1])
+        writer = (writer.option("txnAppId", f"{txn[0]}:dead-letters")
+                  .option("txnVersion", txn[1])
+                  .option("userMetadata", commit.encode(
+                      {"op": OP_DEAD_LETTERS, "txn": [txn[0], txn[1]], "wall": wall_ms})))
     writer.save(dead_letter_path)
+
+
+def rejected_wall(spark, dead_letter_path: str, txn: tuple[str, int]) -> int | None:
+    """The wall clock at which an earlier run of batch ``txn`` committed its dead letters,
+    if one did (and then failed before the batch's own commit: a crash, a lost lease,
+    conflicts out of retries); else ``None``.
+
+    The batch runs again at that wall clock. Whether a record is rejected depends on it
+    (the future-timestamp rule: ``ts > wall + store.max_future``), and the dead letters of
+    the run again are skipped as already written (their txn id): at another wall clock the
+    store would keep a record the dead letters hold too (a later clock), or one rejected
+    only now would be in neither (an earlier one: another driver's clock, a clock set
+    back). Reads the dead-letter table's commit files newest first (at most
+    ``delta_log.DIRECT_READS``; no Spark job; at a stream's first batch, ``DeltaStore``)
+    down to the newest dead letters of the batch's query (its txn app id): only those can
+    be a failed run's, since a stream goes on past a batch only once the batch has
+    committed. Another query's (or another store's, sharing the table) are passed over."""
+    latest = delta_log.latest_version(spark, dead_letter_path)
+    for version in range(latest, max(-1, latest - delta_log.DIRECT_READS), -1):
+        found = delta_log.commit_info(spark, dead_letter_path, version)
+        meta = (found.metadata if found is not None else None) or {}
+        written = meta.get("txn") if meta.get("op") == OP_DEAD_LETTERS else None
+        if written and written[0] == txn[0]:
+            return int(meta["wall"]) if written[1] == txn[1] else None
+    return None
 
 
 #: Up to this many expired-on-arrival keys travel in the batch commit's metadata
@@ -416,12 +446,20 @@ def replace_supported(spark, removes: bool = False) -> bool:
 _REPLACE_SUPPORTED: bool | None = None  # per process: one JVM, one Delta
 
 
-def empty_commit(spark, path: str, meta: dict) -> None:
+def empty_commit(spark, path: str, meta: dict, txn: tuple[str, int] | None = None) -> None:
     """A commit with no data change, so an all-no-op batch still persists its stream time and
-    input offsets (Delta makes no commit for an empty append): a table-property change that
-    carries the batch's metadata. It leaves the stream-time floor alone: the floor is kept
-    from the log (``DeltaStore.raise_stream_time_floor``), and a writer whose own stream
-    time is behind could lower it."""
+    input offsets. Under a batch's idempotent id (``txn``, set by ``commit_settings``) an
+    append of no row: Delta records it for its ``SetTransaction`` alone, and skips it when
+    the batch runs again after its commit (a table-property change would be committed a
+    second time: Delta checks the txn id only on writes, DELETE, UPDATE and MERGE). Without
+    one, a table-property change that carries the batch's metadata (Delta makes no commit
+    for an empty append without a txn id). It leaves the stream-time floor alone: the floor
+    is kept from the log (``DeltaStore.raise_stream_time_floor``), and a writer whose own
+    stream time is behind could lower it."""
+    if txn is not None:
+        (spark.read.format("delta").load(path).limit(0)
+         .write.format("delta").mode("append").save(path))
+        return
     set_properties(spark, path, {PROP_LAST_NOOP_BATCH: str(meta["wall"])})
 
 
@@ -633,7 +671,7 @@ def write_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
                                                     result.by_hash),
             "merge": lambda: _merge(spark, path, changes, wall_ms,
                                     named=_prunes(spark, changes, share)),
-            "empty": lambda: empty_commit(spark, path, final_meta),
+            "empty": lambda: empty_commit(spark, path, final_meta, txn),
         }
         commit_write(spark, path, result, final_meta, txn, writes[result.write])
     if keep_changes and result.applied and result.version == version_before + 1:
