@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from tests.support import clients, consume_all, rebuild_from_changelog, retrying, wait_until
+from tests.support import clients, consume_all, rebuild_from_changelog, wait_until
 from ttl import commands, delta_log, eviction, schedule
 from ttl.app import App
 from ttl.changelog import topic
@@ -290,13 +290,30 @@ def test_a_standalone_operation_that_loses_its_lease_stops_with_lease_lost(spark
         with app.claimed() as skipped:
             assert skipped is None
             # Another writer takes the row (as it would once our lease lapsed): done in
-            # one UPDATE, so our own heartbeat cannot renew in between.
+            # one UPDATE, so our own heartbeat cannot renew in between; with delta-rs, as
+            # the lease's own writes are (a Spark UPDATE lasts seconds, and the heartbeat's
+            # renewal every second would make each one conflict).
             far = NOW * 2
-            retrying(lambda: spark.sql(f"UPDATE delta.`{other.path}` SET owner = "
-                                       f"'{other.owner}', holder = 'other', "
-                                       f"expires_at = {far}"))
+            taken = wait_until(lambda: _taken_by(other, far), timeout=30,
+                               what="the other writer's UPDATE without a conflict")
+            assert taken
             wait_until(app.lease_lost.is_set, timeout=30, what="the heartbeat's notice")
     assert other.current().holder == "other"                        # not given back by us
+
+
+def _taken_by(other: Lease, expires_at: int) -> bool:
+    """``other`` takes the lease row whoever holds it (delta-rs); ``False`` if a concurrent
+    commit won."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import CommitFailedError
+
+    try:
+        DeltaTable(other.path).update(updates={"owner": f"'{other.owner}'",
+                                               "holder": "'other'",
+                                               "expires_at": str(expires_at)})
+    except CommitFailedError:
+        return False
+    return True
 
 
 def test_a_lease_is_taken_over_only_once_seen_unchanged_and_the_old_holder_is_fenced(
