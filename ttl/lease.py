@@ -56,9 +56,16 @@ from ttl import delta_log, delta_rs
 from ttl.clock import Clock, MonotonicClock, WallClock
 from ttl.errors import LeaseLost
 from ttl.names import LEASE_SUFFIX, PROP_LEASE_FENCE, sibling
-from ttl.store.layout import PLAIN_TABLE, set_properties
+from ttl.store.layout import plain_table, set_properties
 
 log = logging.getLogger(__name__)
+
+#: How long the lease table keeps its commits. A renewal every third of the lease writes
+#: 8,640 commits a day at the default 30 s, and delta-rs lists ``_delta_log`` with a stat of
+#: every file (on a local disk) at each renewal, so the 30 days Delta keeps by default would
+#: make each renewal read 260k files' metadata. The row's history is of no use: an hour's,
+#: removed after each checkpoint (every 100 commits), keeps the log to a few hundred files.
+LOG_KEPT = {"delta.logRetentionDuration": "interval 1 hours"}
 
 #: delta-rs's conflict: another commit won the race (``renew``).
 CONFLICTS = (CommitFailedError,)
@@ -110,9 +117,15 @@ class Lease:
         self._on_lost = None  # the heartbeat's ``on_lost``: a fenced check calls it too
         self._fence_owed = False  # took a lapsed lease over, the store not yet fenced
         self.spark.sql(f"CREATE TABLE IF NOT EXISTS delta.`{self.path}` ({LEASE_COLUMNS}) "
-                       f"USING delta {PLAIN_TABLE}")
+                       f"USING delta {plain_table(LOG_KEPT)}")
         self._options = delta_rs.storage_options_for(self.path,
                                                      delta_rs.session_options(self.spark))
+        table = self._table()
+        if any(table.metadata().configuration.get(k) != v for k, v in LOG_KEPT.items()):
+            try:  # a table made before this setting
+                table.alter.set_table_properties(LOG_KEPT)
+            except CONFLICTS:  # another process's commit came first: the next start sets it
+                log.info("%s: kept its log as it was (a concurrent commit)", self.path)
 
     def _table(self):
         """The lease table at its newest version (delta-rs; a few ms on a local disk)."""

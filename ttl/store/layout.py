@@ -109,7 +109,13 @@ BASE_PROPERTIES = {
 #: The engine's own small tables (dead letters, lease, drill history) use no deletion
 #: vectors, whatever the session's defaults say: declaring the reader feature would only
 #: keep other engines (delta-rs's pyarrow path) from reading them.
-PLAIN_TABLE = "TBLPROPERTIES ('delta.enableDeletionVectors' = 'false')"
+def plain_table(properties: dict[str, str] | None = None) -> str:
+    """``PLAIN_TABLE`` with more of the table's ``properties``."""
+    props = {"delta.enableDeletionVectors": "false", **(properties or {})}
+    return f"TBLPROPERTIES ({', '.join(f'{k!r} = {v!r}' for k, v in props.items())})"
+
+
+PLAIN_TABLE = plain_table()
 
 
 def ttl_property(ttl_ms: int | None) -> str:
