@@ -65,7 +65,10 @@ log = logging.getLogger(__name__)
 #: every file (on a local disk) at each renewal, so the 30 days Delta keeps by default would
 #: make each renewal read 260k files' metadata. The row's history is of no use: an hour's,
 #: removed after each checkpoint (every 100 commits), keeps the log to a few hundred files.
-LOG_KEPT = {"delta.logRetentionDuration": "interval 1 hours"}
+#: Delta refuses a log kept for less than its removed files are (7 days by default), and no
+#: reader needs the lease's old files: both an hour.
+LOG_KEPT = {"delta.logRetentionDuration": "interval 1 hours",
+            "delta.deletedFileRetentionDuration": "interval 1 hours"}
 
 #: delta-rs's conflict: another commit won the race (``renew``).
 CONFLICTS = (CommitFailedError,)
