@@ -9,9 +9,10 @@ The lease is a one-row Delta table beside the store (``<store path>_lease``), so
 any storage Delta works on. Acquiring or renewing is one UPDATE that only takes the row when
 it is free, lapsed, or already ours; Delta's optimistic concurrency makes two acquirers
 conflict, so at most one wins. The row is read and written by delta-rs (Rust), not Spark:
-a renewal every third of the lease was a Spark UPDATE of 1.7 s on two cores, 3.2 CPU-s of
+a renewal every third of the lease was a Spark UPDATE of 1.9 s on two cores, 3.6 CPU-s of
 the driver's (planning, two jobs, the commit and the next snapshot), about a sixth of a
-2-core machine for a stream's whole life; with delta-rs it is 0.03 CPU-s (docs/performance.md).
+2-core machine for a stream's whole life; with delta-rs it is 0.035 CPU-s
+(docs/performance.md, "The lease's heartbeat").
 Only delta-rs writes the table (Spark creates it), so its commits follow one engine's
 protocol: on S3 a conditional PUT of the commit file, as ``ttl.delta.S3ConditionalLogStore``
 (delta-rs's default there), and its conflict checks fail the second of two UPDATEs that
