@@ -301,6 +301,35 @@ def test_a_standalone_operation_that_loses_its_lease_stops_with_lease_lost(spark
     assert other.current().holder == "other"                        # not given back by us
 
 
+def test_two_writes_of_the_lease_row_from_one_version_conflict(spark, table_path):
+    """What the lease's single winner rests on, in delta-rs (which writes the row): of two
+    UPDATEs of the row read at one version, or two MERGEs inserting it into the empty
+    table, the second fails with ``lease.CONFLICTS``, and the first one's row stands."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    from ttl.lease import CONFLICTS
+
+    lease = Lease(spark, table_path, duration_ms=30_000)
+    first, second = DeltaTable(lease.path), DeltaTable(lease.path)  # the empty table
+
+    def insert(table, owner):
+        row = pa.table({"id": ["writer"], "owner": [owner], "holder": [owner],
+                        "expires_at": pa.array([1], pa.int64())})
+        (table.merge(row, "t.id = s.id", source_alias="s", target_alias="t")
+         .when_not_matched_insert_all().execute())
+
+    insert(first, "a")
+    with pytest.raises(CONFLICTS):
+        insert(second, "b")
+    first, second = DeltaTable(lease.path), DeltaTable(lease.path)
+    free = "id = 'writer' AND owner = 'a'"
+    assert first.update(updates={"owner": "'c'"}, predicate=free)["num_updated_rows"] == 1
+    with pytest.raises(CONFLICTS):
+        second.update(updates={"owner": "'d'"}, predicate=free)
+    assert DeltaTable(lease.path).to_pyarrow_table()["owner"].to_pylist() == ["c"]
+
+
 def _taken_by(other: Lease, expires_at: int) -> bool:
     """``other`` takes the lease row whoever holds it (delta-rs); ``False`` if a concurrent
     commit won."""
