@@ -303,6 +303,17 @@ def _meta_filter(op: str | None, having: str | None, or_op: str | None):
     return wanted, cond
 
 
+def newest_commits(spark, path: str, latest: int | None = None) -> Iterator[Commit]:
+    """The newest ``DIRECT_READS`` commits (from ``latest``, default the table's version),
+    newest first, read file by file (no Spark job); those the log no longer holds, or
+    without commitInfo, are passed over."""
+    latest = latest_version(spark, path) if latest is None else latest
+    for version in range(latest, max(-1, latest - DIRECT_READS), -1):
+        found = commit_info(spark, path, version)
+        if found is not None:
+            yield found
+
+
 def _newest_first(spark, path: str, wanted: Callable[[dict | None], bool], cond,
                   limit: int) -> Iterator[Commit]:
     """Up to ``limit`` commits ``wanted`` (``cond`` in Spark), newest first.
@@ -315,10 +326,7 @@ def _newest_first(spark, path: str, wanted: Callable[[dict | None], bool], cond,
     latest = latest_version(spark, path)
     given = 0
     oldest = max(-1, latest - DIRECT_READS)
-    for version in range(latest, oldest, -1):
-        found = commit_info(spark, path, version)
-        if found is None:  # cleaned up, or a commit without commitInfo: nothing to match
-            continue
+    for found in newest_commits(spark, path, latest):
         if wanted(found.metadata):
             yield found
             given += 1

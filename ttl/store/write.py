@@ -170,10 +170,8 @@ def rejected_wall(spark, dead_letter_path: str, txn: tuple[str, int]) -> int | N
     down to the newest dead letters of the batch's query (its txn app id): only those can
     be a failed run's, since a stream goes on past a batch only once the batch has
     committed. Another query's (or another store's, sharing the table) are passed over."""
-    latest = delta_log.latest_version(spark, dead_letter_path)
-    for version in range(latest, max(-1, latest - delta_log.DIRECT_READS), -1):
-        found = delta_log.commit_info(spark, dead_letter_path, version)
-        meta = (found.metadata if found is not None else None) or {}
+    for found in delta_log.newest_commits(spark, dead_letter_path):
+        meta = found.metadata or {}
         written = meta.get("txn") if meta.get("op") == OP_DEAD_LETTERS else None
         if written and written[0] == txn[0]:
             return int(meta["wall"]) if written[1] == txn[1] else None
