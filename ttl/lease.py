@@ -61,15 +61,23 @@ from ttl.store.layout import plain_table, set_properties
 
 log = logging.getLogger(__name__)
 
-#: How long the lease table keeps its commits. A renewal every third of the lease writes
-#: 8,640 commits a day at the default 30 s, and delta-rs lists ``_delta_log`` with a stat of
-#: every file (on a local disk) at each renewal, so the 30 days Delta keeps by default would
-#: make each renewal read 260k files' metadata. The row's history is of no use: an hour's,
-#: removed after each checkpoint (every 100 commits), keeps the log to a few hundred files.
-#: Delta refuses a log kept for less than its removed files are (7 days by default), and no
-#: reader needs the lease's old files: both an hour.
-LOG_KEPT = {"delta.logRetentionDuration": "interval 1 hours",
-            "delta.deletedFileRetentionDuration": "interval 1 hours"}
+#: How long the lease table keeps its commits and removed files. A renewal every third of
+#: the lease writes 8,640 commits and as many one-row files a day at the default 30 s, and
+#: delta-rs lists ``_delta_log`` with a stat of every file (on a local disk) at each
+#: renewal, so the 30 days Delta keeps by default would make each renewal read 260k files'
+#: metadata. The row's history is of no use: two hours', removed after each checkpoint
+#: (every 100 commits), keeps the log to a few hundred files. Delta refuses a log kept for
+#: less than its removed files are; removed files are kept two hours so that each stays
+#: listed (checkpoints drop older ones) for a full ``CLEAN_EVERY_MS`` after it may go
+#: (``clean_up``).
+LOG_KEPT = {"delta.logRetentionDuration": "interval 2 hours",
+            "delta.deletedFileRetentionDuration": "interval 2 hours"}
+
+#: How often the holder deletes the row's old files (``clean_up``), and how old (removed
+#: from the table that long ago) a file must be: no reader of the row holds a version
+#: for an hour.
+CLEAN_EVERY_MS = 3_600_000
+CLEAN_AFTER_HOURS = 1
 
 #: delta-rs's conflict: another commit won the race (``renew``).
 CONFLICTS = (CommitFailedError,)
@@ -120,6 +128,7 @@ class Lease:
         self._renewing = threading.Lock()
         self._on_lost = None  # the heartbeat's ``on_lost``: a fenced check calls it too
         self._fence_owed = False  # took a lapsed lease over, the store not yet fenced
+        self._cleaned_at: int | None = None  # monotonic time of our last ``clean_up``
         self.spark.sql(f"CREATE TABLE IF NOT EXISTS delta.`{self.path}` ({LEASE_COLUMNS}) "
                        f"USING delta {plain_table(LOG_KEPT)}")
         self._options = delta_rs.storage_options_for(self.path,
@@ -266,7 +275,35 @@ class Lease:
             self._fence_owed = False
         # Ours from this renewal's start on, however long the write took.
         self._renewed_at = started if ours else None
+        if ours:
+            self._clean_up_when_due(started)
         return ours
+
+    def _clean_up_when_due(self, now: int) -> None:
+        """The holder's ``clean_up`` once every ``CLEAN_EVERY_MS`` of holding (the first an
+        interval after it took the lease); a failure is logged and tried at the next
+        interval: the lease does not depend on it."""
+        if self._cleaned_at is None:
+            self._cleaned_at = now
+        elif now - self._cleaned_at >= CLEAN_EVERY_MS:
+            self._cleaned_at = now
+            try:
+                self.clean_up()
+            except Exception:  # noqa: BLE001 - housekeeping; the row is untouched
+                log.warning("could not delete the old files of %s", self.path, exc_info=True)
+
+    def clean_up(self, *, removed_hours_ago: int = CLEAN_AFTER_HOURS) -> int:
+        """Delete the lease row's files that the table removed at least
+        ``removed_hours_ago`` ago (a VACUUM that deletes only files the log says were
+        removed, never an unlisted one, such as a contender's write under way); how many.
+
+        Each renewal writes the row anew in a file of its own, so without this the
+        directory would gain 8,640 files a day. Called by the holder every
+        ``CLEAN_EVERY_MS``: a removed file stays in the log's list (``LOG_KEPT``) for an
+        interval longer than that after it is old enough, so every one is deleted.
+        """
+        return len(self._table().vacuum(retention_hours=removed_hours_ago, dry_run=False,
+                                        enforce_retention_duration=False))
 
     def _claim(self, now: int) -> bool | None:
         """The conditional UPDATE of a row that is ours or free; ``None`` when the table

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import uuid
 
@@ -271,6 +272,40 @@ def test_a_lease_taken_a_moment_ago_is_held_without_another_merge(spark, table_p
     # A contender's try commits nothing, so it never makes the holder's renewal conflict.
     assert delta_log.latest_version(spark, lease.path) == version
     assert other.renew() and other.current().holder == "other"
+
+
+def test_the_holder_deletes_the_lease_rows_old_files_every_interval(spark, table_path):
+    """Each renewal writes the row in a new file; the holder deletes the ones the table
+    removed (``Lease.clean_up``) once every ``CLEAN_EVERY_MS`` of its clock, so the
+    directory does not gain 8,640 files a day. The row reads the same afterwards, and a
+    contender's watch is not disturbed (the clean-up's commits change no row)."""
+    from ttl import lease as lease_module
+
+    def row_files() -> int:
+        return sum(1 for name in os.listdir(holder.path) if name.endswith(".parquet"))
+
+    make_store(spark, table_path)
+    clock = FixedClock(NOW)
+    holder = Lease(spark, table_path, duration_ms=30_000, clock=clock, monotonic=clock,
+                   holder="stream")
+    assert holder.acquire()
+    cleaned = []
+    # The real one deletes only files removed an hour ago by the wall clock; here, all.
+    holder.clean_up = lambda: cleaned.append(Lease.clean_up(holder, removed_hours_ago=0))
+    for _ in range(5):
+        clock.advance(10_000)
+        assert holder.renew()
+    assert row_files() == 6 and cleaned == []                     # not due yet
+    contender = Lease(spark, table_path, duration_ms=30_000, clock=clock, monotonic=clock,
+                      holder="second")
+    assert not contender.acquire()                                 # starts watching
+    clock.advance(lease_module.CLEAN_EVERY_MS)
+    assert holder.renew()
+    assert cleaned == [6] and row_files() == 1
+    assert holder.current().owner == holder.owner
+    assert not contender.acquire() and contender.seen_alive        # it saw the renewal
+    clock.advance(10_000)
+    assert holder.renew() and cleaned == [6]                       # the next in an interval
 
 
 def test_a_standalone_operation_that_loses_its_lease_stops_with_lease_lost(spark, table_path):
