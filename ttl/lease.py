@@ -65,17 +65,20 @@ log = logging.getLogger(__name__)
 #: the lease writes 8,640 commits and as many one-row files a day at the default 30 s, and
 #: delta-rs lists ``_delta_log`` with a stat of every file (on a local disk) at each
 #: renewal, so the 30 days Delta keeps by default would make each renewal read 260k files'
-#: metadata. The row's history is of no use: two hours', removed after each checkpoint
-#: (every 100 commits), keeps the log to a few hundred files. Delta refuses a log kept for
-#: less than its removed files are; removed files are kept two hours so that each stays
-#: listed (checkpoints drop older ones) for a full ``CLEAN_EVERY_MS`` after it may go
-#: (``clean_up``).
-LOG_KEPT = {"delta.logRetentionDuration": "interval 2 hours",
-            "delta.deletedFileRetentionDuration": "interval 2 hours"}
+#: metadata. The row's history is of no use: three hours', removed after each checkpoint
+#: (every 100 commits), keeps the log to about a thousand files. Delta refuses a log kept
+#: for less than its removed files are. Removed files are kept three hours so that each
+#: stays listed (checkpoints drop older ones) for two hours after ``clean_up`` may delete
+#: it, twice ``CLEAN_EVERY_MS``.
+#: No change data either: a renewal would write a change file beside the row's, which no
+#: one reads and no VACUUM of removed files deletes.
+TABLE_PROPERTIES = {"delta.logRetentionDuration": "interval 3 hours",
+                    "delta.deletedFileRetentionDuration": "interval 3 hours",
+                    "delta.enableChangeDataFeed": "false"}
 
-#: How often the holder deletes the row's old files (``clean_up``), and how old (removed
-#: from the table that long ago) a file must be: no reader of the row holds a version
-#: for an hour.
+#: How often a holder deletes the row's old files (``clean_up``: when it takes the lease,
+#: then at this interval), and how old (removed from the table that long ago) a file must
+#: be: no reader of the row holds a version for an hour.
 CLEAN_EVERY_MS = 3_600_000
 CLEAN_AFTER_HOURS = 1
 
@@ -129,16 +132,19 @@ class Lease:
         self._on_lost = None  # the heartbeat's ``on_lost``: a fenced check calls it too
         self._fence_owed = False  # took a lapsed lease over, the store not yet fenced
         self._cleaned_at: int | None = None  # monotonic time of our last ``clean_up``
+        self._cleaner: threading.Thread | None = None
         self.spark.sql(f"CREATE TABLE IF NOT EXISTS delta.`{self.path}` ({LEASE_COLUMNS}) "
-                       f"USING delta {plain_table(LOG_KEPT)}")
+                       f"USING delta {plain_table(TABLE_PROPERTIES)}")
         self._options = delta_rs.storage_options_for(self.path,
                                                      delta_rs.session_options(self.spark))
         table = self._table()
-        if any(table.metadata().configuration.get(k) != v for k, v in LOG_KEPT.items()):
+        if any(table.metadata().configuration.get(k) != v
+               for k, v in TABLE_PROPERTIES.items()):
             try:  # a table made before this setting
-                table.alter.set_table_properties(LOG_KEPT)
+                table.alter.set_table_properties(TABLE_PROPERTIES)
             except CONFLICTS:  # another process's commit came first: the next start sets it
-                log.info("%s: kept its log as it was (a concurrent commit)", self.path)
+                log.info("%s: kept its properties as they were (a concurrent commit)",
+                         self.path)
 
     def _table(self):
         """The lease table at its newest version (delta-rs; a few ms on a local disk)."""
@@ -280,27 +286,41 @@ class Lease:
         return ours
 
     def _clean_up_when_due(self, now: int) -> None:
-        """The holder's ``clean_up`` once every ``CLEAN_EVERY_MS`` of holding (the first an
-        interval after it took the lease); a failure is logged and tried at the next
-        interval: the lease does not depend on it."""
-        if self._cleaned_at is None:
-            self._cleaned_at = now
-        elif now - self._cleaned_at >= CLEAN_EVERY_MS:
-            self._cleaned_at = now
-            try:
-                self.clean_up()
-            except Exception:  # noqa: BLE001 - housekeeping; the row is untouched
-                log.warning("could not delete the old files of %s", self.path, exc_info=True)
+        """Start ``clean_up`` when this process takes the lease and every
+        ``CLEAN_EVERY_MS`` of holding after: in a thread of its own, so a slow listing
+        (object storage) never holds up a renewal or a write's check. Its commits change
+        no row, so they conflict with no renewal or contender."""
+        due = self._cleaned_at is None or now - self._cleaned_at >= CLEAN_EVERY_MS
+        if not due or (self._cleaner is not None and self._cleaner.is_alive()):
+            return
+        self._cleaned_at = now
+        self._cleaner = threading.Thread(target=self._clean_up_logged, daemon=True,
+                                         name="ttl-lease-clean-up")
+        self._cleaner.start()
+
+    def _clean_up_logged(self) -> None:
+        try:
+            deleted = self.clean_up()
+        except BaseException:  # noqa: BLE001 - housekeeping (a Rust panic is no Exception)
+            log.warning("could not delete the old files of %s; trying again in %s s",
+                        self.path, CLEAN_EVERY_MS // 1000, exc_info=True)
+            return
+        log.info("%s: deleted the lease row's old files (%d listed)", self.path, deleted)
 
     def clean_up(self, *, removed_hours_ago: int = CLEAN_AFTER_HOURS) -> int:
         """Delete the lease row's files that the table removed at least
-        ``removed_hours_ago`` ago (a VACUUM that deletes only files the log says were
-        removed, never an unlisted one, such as a contender's write under way); how many.
+        ``removed_hours_ago`` ago (a VACUUM that deletes only files the log lists as
+        removed, never an unlisted one, such as a contender's write under way); how many
+        it listed (delta-rs deletes every one still listed, so a file deleted by an earlier
+        clean-up counts again: a delete of a missing file is a no-op).
 
         Each renewal writes the row anew in a file of its own, so without this the
-        directory would gain 8,640 files a day. Called by the holder every
-        ``CLEAN_EVERY_MS``: a removed file stays in the log's list (``LOG_KEPT``) for an
-        interval longer than that after it is old enough, so every one is deleted.
+        directory would gain 8,640 files a day. Called by a holder when it takes the lease
+        and every ``CLEAN_EVERY_MS`` after: a removed file stays in the log's list
+        (``TABLE_PROPERTIES``) for two such intervals after it is old enough, so a
+        stream's files are deleted whether it runs for days or is restarted every few
+        minutes. What it leaves: the files of a failed commit (a contender's lost race),
+        which no log lists (docs/operations.md says how to delete them).
         """
         return len(self._table().vacuum(retention_hours=removed_hours_ago, dry_run=False,
                                         enforce_retention_duration=False))
@@ -382,6 +402,7 @@ class Lease:
     def release(self) -> None:
         self.stop_heartbeat()
         self._renewed_at = None
+        self._cleaned_at = None  # the next taking cleans up again
         self._update({"owner": "NULL", "expires_at": "0"},
                      f"id = '{LEASE_ID}' AND owner = '{self.owner}'")
 
@@ -411,7 +432,8 @@ class Lease:
                         held_until = (self._renewed_at or now) + self.duration_ms
                         continue
                     log.error("lease on %s lost to another writer", self.path)
-                except Exception:  # noqa: BLE001 - keep beating while the lease has slack
+                except BaseException:  # noqa: BLE001 - keep beating while it has slack (a
+                    # delta-rs panic is no Exception, and would end the heartbeat unseen)
                     # Lost once the next try would come after the lease lapsed: another
                     # writer may take it from then on.
                     if self.monotonic.now_ms() + interval_ms < held_until:

@@ -275,10 +275,11 @@ def test_a_lease_taken_a_moment_ago_is_held_without_another_merge(spark, table_p
 
 
 def test_the_holder_deletes_the_lease_rows_old_files_every_interval(spark, table_path):
-    """Each renewal writes the row in a new file; the holder deletes the ones the table
-    removed (``Lease.clean_up``) once every ``CLEAN_EVERY_MS`` of its clock, so the
-    directory does not gain 8,640 files a day. The row reads the same afterwards, and a
-    contender's watch is not disturbed (the clean-up's commits change no row)."""
+    """Each renewal writes the row in a new file; a holder deletes the ones the table
+    removed (``Lease.clean_up``) when it takes the lease and then once every
+    ``CLEAN_EVERY_MS`` of its clock, in a thread of its own, so the directory does not
+    gain 8,640 files a day. The row reads the same afterwards; a clean-up that fails costs
+    no renewal, and is tried again an interval later."""
     from ttl import lease as lease_module
 
     def row_files() -> int:
@@ -288,24 +289,40 @@ def test_the_holder_deletes_the_lease_rows_old_files_every_interval(spark, table
     clock = FixedClock(NOW)
     holder = Lease(spark, table_path, duration_ms=30_000, clock=clock, monotonic=clock,
                    holder="stream")
+    cleaned: list[int] = []
+    failing = [False]
+
+    def clean_up() -> int:
+        if failing[0]:
+            raise OSError("the object store is away")
+        # The real one deletes only files removed an hour ago by the wall clock; here, all.
+        cleaned.append(Lease.clean_up(holder, removed_hours_ago=0))
+        return cleaned[-1]
+
+    holder.clean_up = clean_up
     assert holder.acquire()
-    cleaned = []
-    # The real one deletes only files removed an hour ago by the wall clock; here, all.
-    holder.clean_up = lambda: cleaned.append(Lease.clean_up(holder, removed_hours_ago=0))
+    wait_until(lambda: cleaned == [0], timeout=30, what="the clean-up at the taking")
     for _ in range(5):
         clock.advance(10_000)
         assert holder.renew()
-    assert row_files() == 6 and cleaned == []                     # not due yet
-    contender = Lease(spark, table_path, duration_ms=30_000, clock=clock, monotonic=clock,
-                      holder="second")
-    assert not contender.acquire()                                 # starts watching
+    assert row_files() == 6 and cleaned == [0]                     # not due yet
+    assert Lease.clean_up(holder) == 0          # removed seconds ago: kept for an hour
     clock.advance(lease_module.CLEAN_EVERY_MS)
     assert holder.renew()
-    assert cleaned == [6] and row_files() == 1
+    wait_until(lambda: len(cleaned) == 2, timeout=30, what="the hourly clean-up")
+    assert cleaned == [0, 6] and row_files() == 1
     assert holder.current().owner == holder.owner
-    assert not contender.acquire() and contender.seen_alive        # it saw the renewal
+    failing[0] = True
+    clock.advance(lease_module.CLEAN_EVERY_MS)
+    assert holder.renew()                                          # its clean-up fails
+    holder._cleaner.join(30)
+    failing[0] = False
     clock.advance(10_000)
-    assert holder.renew() and cleaned == [6]                       # the next in an interval
+    assert holder.renew() and len(cleaned) == 2                    # not before an interval
+    clock.advance(lease_module.CLEAN_EVERY_MS)
+    assert holder.renew()
+    wait_until(lambda: len(cleaned) == 3, timeout=30, what="the clean-up after a failure")
+    assert row_files() == 1 and not os.path.exists(os.path.join(holder.path, "_change_data"))
 
 
 def test_a_standalone_operation_that_loses_its_lease_stops_with_lease_lost(spark, table_path):

@@ -82,9 +82,11 @@ def test_the_engines_own_tables_declare_no_deletion_vectors(spark, tmp_path):
     assert DeltaTable(store.dead_letter_path).to_pyarrow_table(
         columns=["reason"])["reason"].to_pylist() == ["null_key"]
     assert DeltaTable(lease.path).to_pyarrow_table()["owner"].to_pylist() == [lease.owner]
-    # Its log is kept two hours, not Delta's 30 days (``lease.LOG_KEPT``).
-    assert DeltaTable(lease.path).metadata().configuration[
-        "delta.logRetentionDuration"] == "interval 2 hours"
+    # Its log is kept three hours, not Delta's 30 days, and it has no change data
+    # (``lease.TABLE_PROPERTIES``), though the session's defaults turn it on.
+    configuration = DeltaTable(lease.path).metadata().configuration
+    assert configuration["delta.logRetentionDuration"] == "interval 3 hours"
+    assert configuration["delta.enableChangeDataFeed"] == "false"
 
 
 def test_scraped_table_figures_count_expired_entries_and_report_the_last_drill(spark,
