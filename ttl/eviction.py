@@ -27,7 +27,15 @@ from ttl import commit, delta_log
 from ttl.delta_log import retrying
 from ttl.errors import ConfigError, VacuumRefused
 from ttl.expiry_floor import NEVER, earliest_expiry
-from ttl.names import EXPIRED_KEYS_SUFFIX, OP_ALTER, OP_SWEEP, PROP_TTL, sibling
+from ttl.names import (
+    EXPIRED_KEYS_SUFFIX,
+    OP_ALTER,
+    OP_SWEEP,
+    PROP_OPTIMIZED_AT,
+    PROP_TTL,
+    PROP_VACUUMED_AT,
+    sibling,
+)
 from ttl.store import ordering
 from ttl.store.layout import set_properties, ttl_property
 from ttl.timestamps import expiry_column
@@ -321,8 +329,17 @@ def optimize(store, cluster_by: str = "expires_at",
                 conf.set(OPTIMIZE_MAX_FILE_SIZE, before)
 
     retrying(compact, what="OPTIMIZE")
+    _mark_done(store, PROP_OPTIMIZED_AT)
     store.checkpoint_later()
     return done or None
+
+
+def _mark_done(store, prop: str) -> None:
+    """Record on the table when a maintenance job finished (``schedule.first_run``)."""
+    store.check_writable()
+    retrying(lambda: set_properties(store.spark, store.path,
+                                    {prop: str(store.wall_clock.now_ms())}),
+             what=f"recording {prop}")
 
 
 #: VACUUM's own duration and the publisher's next step: the oldest unpublished commit must
@@ -368,6 +385,7 @@ def vacuum(store, retention_ms: int, minimum_ms: int, published: int | None) -> 
     store.check_writable()  # VACUUM commits its start and end to the table's log
     store.spark.sql(f"VACUUM delta.`{store.path}` RETAIN {hours} HOURS")
     _vacuum_expired_keys(store, hours, side_cutoff)
+    _mark_done(store, PROP_VACUUMED_AT)
 
 
 def _vacuum_expired_keys(store, hours: int, cutoff_ms: int) -> None:

@@ -55,6 +55,10 @@ PROP_LEASE_FENCE = "ttl.lease.fence"
 # A table a restore created and has not finished writing ("true"; cleared by the restore's
 # last commit): a failed restore's retry may overwrite it, nothing else may publish it.
 PROP_RESTORE_PENDING = "ttl.restore.pending"
+# When the scheduled OPTIMIZE and VACUUM last finished (wall-clock ms): a restarted stream
+# or daemon runs one that is overdue at once, instead of an interval after its start.
+PROP_OPTIMIZED_AT = "ttl.maintenance.optimized_at"
+PROP_VACUUMED_AT = "ttl.maintenance.vacuumed_at"
 
 # -- commit metadata ops (``userMetadata.op`` of the engine's commits) -----------------------
 

@@ -11,6 +11,7 @@ failed run is logged and tried again at the next tick.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import signal
 import threading
@@ -21,9 +22,10 @@ from apscheduler.schedulers.blocking import BlockingScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from ttl import eviction
+from ttl import delta_log, eviction
 from ttl.config import Config
 from ttl.errors import ChangelogMismatch, StoreMissing
+from ttl.names import PROP_OPTIMIZED_AT, PROP_VACUUMED_AT
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +126,19 @@ def _seconds(ms: int) -> float:
     return ms / 1000.0
 
 
+def first_run(last_done: str | None, interval_ms: int, now_ms: int) -> dt.datetime | None:
+    """When a maintenance job first runs after a start: an interval after it last finished
+    (``last_done``, the table's record in wall-clock ms), at once when that is past, and
+    ``None`` (an interval after the start) when the table has no record. A stream
+    restarted more often than the interval (deploys, a lost lease) would otherwise never
+    VACUUM: what VACUUM bounds (removed files, change data, expired-keys rows) would grow
+    for as long as it kept restarting."""
+    if last_done is None or not last_done.isdigit():
+        return None
+    due_ms = max(now_ms, int(last_done) + interval_ms)
+    return dt.datetime.fromtimestamp(due_ms / 1000, tz=dt.timezone.utc)
+
+
 def build(conf: Config, jobs: StoreJobs, *, blocking: bool, extra: dict | None = None):
     """A scheduler with the store's jobs; ``extra`` maps names to (callable, trigger)."""
     defaults = {"max_instances": 1, "coalesce": True,
@@ -136,12 +151,20 @@ def build(conf: Config, jobs: StoreJobs, *, blocking: bool, extra: dict | None =
                    else IntervalTrigger(seconds=_seconds(ev.interval)))
         scheduler.add_job(jobs.wall_sweep, trigger, id="wall-sweep", name="wall-clock sweep")
     m = conf.maintenance
-    if m.optimize_interval:
-        scheduler.add_job(jobs.optimize, IntervalTrigger(seconds=_seconds(m.optimize_interval)),
-                          id="optimize", name="OPTIMIZE")
-    if m.vacuum_interval:
-        scheduler.add_job(jobs.vacuum, IntervalTrigger(seconds=_seconds(m.vacuum_interval)),
-                          id="vacuum", name="VACUUM")
+    done = delta_log.properties(jobs.store.spark, jobs.store.path) if (
+        m.optimize_interval or m.vacuum_interval) else {}
+    now_ms = jobs.store.wall_clock.now_ms()
+    for job, interval, prop, name in ((jobs.optimize, m.optimize_interval, PROP_OPTIMIZED_AT,
+                                       "OPTIMIZE"),
+                                      (jobs.vacuum, m.vacuum_interval, PROP_VACUUMED_AT,
+                                       "VACUUM")):
+        if interval:
+            first = first_run(done.get(prop), interval, now_ms)
+            # Late is fine for housekeeping: a start-up's catch-up publication may take
+            # longer than the grace, and a skipped overdue run would wait an interval more.
+            scheduler.add_job(job, IntervalTrigger(seconds=_seconds(interval)),
+                              id=name.lower(), name=name, misfire_grace_time=None,
+                              **({"next_run_time": first} if first is not None else {}))
     for name, (func, trigger) in (extra or {}).items():
         scheduler.add_job(func, trigger, id=name, name=name)
     return scheduler

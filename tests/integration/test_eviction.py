@@ -197,6 +197,53 @@ def test_scheduled_wall_sweeps_evict_idle_keys_with_expire_tombstones(spark, kaf
     assert evicting and all(r.lateness_ms["p50"] >= 0 for r in evicting)
 
 
+def test_maintenance_records_its_runs_and_a_restart_runs_an_overdue_one_at_once(spark,
+                                                                              table_path):
+    """OPTIMIZE and VACUUM record on the table when they finished; a scheduler built later
+    (a restarted stream or daemon) runs each an interval after that record, at once when
+    that is past, and an interval after its start when the table has none: a stream
+    restarted more often than daily would otherwise never VACUUM."""
+    import datetime as dt
+
+    from ttl.names import PROP_OPTIMIZED_AT, PROP_VACUUMED_AT
+    from ttl.store.layout import set_properties
+
+    store = make_store(spark, table_path)
+    store.wall_clock = WallClock()
+    conf = from_dict({"store": {"name": "ev", "path": table_path, "ttl": "60s"},
+                      "kafka": {"input_topic": "x", "changelog_topic": "y"},
+                      "maintenance": {"optimize_interval": "1h", "vacuum_interval": "1d"},
+                      "stream": {"checkpoint": "unused"}})
+    jobs = schedule.StoreJobs(store, conf)
+
+    def first_runs() -> dict[str, float]:
+        """Each maintenance job's first run, in seconds from now."""
+        scheduler = schedule.build(conf, jobs, blocking=False)
+        scheduler.start(paused=True)
+        try:
+            now = dt.datetime.now(dt.timezone.utc)
+            return {job.id: (job.next_run_time - now).total_seconds()
+                    for job in scheduler.get_jobs() if job.id in ("optimize", "vacuum")}
+        finally:
+            scheduler.shutdown(wait=False)
+
+    runs = first_runs()                                            # no record: an interval
+    assert 3_500 < runs["optimize"] <= 3_600 and 86_300 < runs["vacuum"] <= 86_400
+    before = WallClock().now_ms()
+    jobs.optimize()
+    eviction.vacuum(store, 7 * 86_400_000, 0, delta_log.latest_version(spark, table_path))
+    props = delta_log.properties(spark, table_path)
+    assert before <= int(props[PROP_OPTIMIZED_AT]) <= WallClock().now_ms()
+    assert before <= int(props[PROP_VACUUMED_AT]) <= WallClock().now_ms()
+    runs = first_runs()                                            # just run: an interval on
+    assert 3_500 < runs["optimize"] <= 3_600 and 86_300 < runs["vacuum"] <= 86_400
+    long_ago = WallClock().now_ms() - 2 * 86_400_000
+    set_properties(spark, table_path, {PROP_OPTIMIZED_AT: str(long_ago),
+                                       PROP_VACUUMED_AT: str(long_ago + 3_600_000)})
+    runs = first_runs()                                            # overdue: at once
+    assert abs(runs["optimize"]) < 60 and abs(runs["vacuum"]) < 60
+
+
 def test_a_standalone_sweep_skips_while_another_process_holds_the_lease(spark, table_path):
     store = make_store(spark, table_path)
     stream_lease = Lease(spark, table_path, duration_ms=60_000, holder="stream-job")
