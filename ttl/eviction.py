@@ -299,8 +299,8 @@ def alter_ttl(store, new_ttl: int | None, *, dry_run: bool = False,
 OPTIMIZE_MAX_FILE_SIZE = "spark.databricks.delta.optimize.maxFileSize"
 
 
-def optimize(store, cluster_by: str = "expires_at",
-             file_bytes: int = 128 * 2**20) -> dict[str, int] | None:
+def optimize(store, cluster_by: str = "expires_at", file_bytes: int = 128 * 2**20, *,
+             log_retention_ms: int | None = None) -> dict[str, int] | None:
     """Compact small files and order them by ``cluster_by`` (``expires_at``: sweeps skip more
     files; ``key_hash``: lookups and small batches' writes do; ``both``: expiry groups
     ordered by key, ``ttl.store.ordering``), in files of at most ``file_bytes``; then
@@ -329,17 +329,27 @@ def optimize(store, cluster_by: str = "expires_at",
                 conf.set(OPTIMIZE_MAX_FILE_SIZE, before)
 
     retrying(compact, what="OPTIMIZE")
-    _mark_done(store, PROP_OPTIMIZED_AT)
+    _mark_done(store, PROP_OPTIMIZED_AT, log_retention_ms)
     store.checkpoint_later()
     return done or None
 
 
-def _mark_done(store, prop: str) -> None:
-    """Record on the table when a maintenance job finished (``schedule.first_run``)."""
+def log_kept(retention_ms: int) -> dict[str, str]:
+    """The table properties that keep the store's log (and removed files' tombstones) for
+    ``retention_ms`` (``maintenance.log_retention``), in whole hours."""
+    interval = f"interval {max(1, -(-retention_ms // 3_600_000))} hours"
+    return {"delta.logRetentionDuration": interval,
+            "delta.deletedFileRetentionDuration": interval}
+
+
+def _mark_done(store, prop: str, log_retention_ms: int | None) -> None:
+    """Record on the table when a maintenance job finished (``schedule.first_run``), in
+    the commit that also keeps its log ``log_retention_ms`` (``log_kept``)."""
+    props = {prop: str(store.wall_clock.now_ms())}
+    if log_retention_ms is not None:
+        props.update(log_kept(log_retention_ms))
     store.check_writable()
-    retrying(lambda: set_properties(store.spark, store.path,
-                                    {prop: str(store.wall_clock.now_ms())}),
-             what=f"recording {prop}")
+    retrying(lambda: set_properties(store.spark, store.path, props), what=f"recording {prop}")
 
 
 #: VACUUM's own duration and the publisher's next step: the oldest unpublished commit must
@@ -347,7 +357,8 @@ def _mark_done(store, prop: str) -> None:
 VACUUM_SLACK_MS = 600_000
 
 
-def vacuum(store, retention_ms: int, minimum_ms: int, published: int | None) -> None:
+def vacuum(store, retention_ms: int, minimum_ms: int, published: int | None, *,
+           log_retention_ms: int | None = None) -> None:
     """VACUUM, refusing a retention that could remove change data or versions still needed:
     by configuration (the publisher's worst lag plus the drills' time-travel window), and by
     the publisher's measured position ``published`` (the last table version on the
@@ -385,7 +396,7 @@ def vacuum(store, retention_ms: int, minimum_ms: int, published: int | None) -> 
     store.check_writable()  # VACUUM commits its start and end to the table's log
     store.spark.sql(f"VACUUM delta.`{store.path}` RETAIN {hours} HOURS")
     _vacuum_expired_keys(store, hours, side_cutoff)
-    _mark_done(store, PROP_VACUUMED_AT)
+    _mark_done(store, PROP_VACUUMED_AT, log_retention_ms)
 
 
 def _vacuum_expired_keys(store, hours: int, cutoff_ms: int) -> None:

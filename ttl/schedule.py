@@ -107,8 +107,8 @@ class StoreJobs:
 
     def optimize(self) -> None:
         m = self.conf.maintenance
-        self._guarded("optimize", lambda: eviction.optimize(self.store, m.cluster_by,
-                                                            m.optimize_file_bytes))
+        self._guarded("optimize", lambda: eviction.optimize(
+            self.store, m.cluster_by, m.optimize_file_bytes, log_retention_ms=m.log_retention))
 
     def vacuum(self) -> None:
         m = self.conf.maintenance
@@ -117,7 +117,8 @@ class StoreJobs:
             if self.publish is not None:
                 self.publish()  # what can be published first: the lag measured is then real
             eviction.vacuum(self.store, m.vacuum_retention, m.minimum_retention,
-                            self.published() if self.published is not None else None)
+                            self.published() if self.published is not None else None,
+                            log_retention_ms=m.log_retention)
 
         self._guarded("vacuum", publish_then_vacuum)
 

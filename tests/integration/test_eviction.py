@@ -231,10 +231,14 @@ def test_maintenance_records_its_runs_and_a_restart_runs_an_overdue_one_at_once(
     assert 3_500 < runs["optimize"] <= 3_600 and 86_300 < runs["vacuum"] <= 86_400
     before = WallClock().now_ms()
     jobs.optimize()
-    eviction.vacuum(store, 7 * 86_400_000, 0, delta_log.latest_version(spark, table_path))
+    eviction.vacuum(store, 7 * 86_400_000, 0, delta_log.latest_version(spark, table_path),
+                    log_retention_ms=conf.maintenance.log_retention)
     props = delta_log.properties(spark, table_path)
     assert before <= int(props[PROP_OPTIMIZED_AT]) <= WallClock().now_ms()
     assert before <= int(props[PROP_VACUUMED_AT]) <= WallClock().now_ms()
+    # The same commit keeps the log maintenance.log_retention (2 days), not Delta's 30.
+    assert props["delta.logRetentionDuration"] == "interval 48 hours"
+    assert props["delta.deletedFileRetentionDuration"] == "interval 48 hours"
     runs = first_runs()                                            # just run: an interval on
     assert 3_500 < runs["optimize"] <= 3_600 and 86_300 < runs["vacuum"] <= 86_400
     long_ago = WallClock().now_ms() - 2 * 86_400_000
