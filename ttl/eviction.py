@@ -23,7 +23,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from ttl import commit, delta_log
+from ttl import commit, delta_log, delta_rs
 from ttl.delta_log import retrying
 from ttl.errors import ConfigError, VacuumRefused
 from ttl.expiry_floor import NEVER, earliest_expiry
@@ -32,6 +32,7 @@ from ttl.names import (
     OP_ALTER,
     OP_SWEEP,
     PROP_OPTIMIZED_AT,
+    PROP_REORDERED_THROUGH,
     PROP_TTL,
     PROP_VACUUMED_AT,
     sibling,
@@ -297,41 +298,94 @@ def alter_ttl(store, new_ttl: int | None, *, dry_run: bool = False,
 
 #: Delta's bound on the size of the files OPTIMIZE writes.
 OPTIMIZE_MAX_FILE_SIZE = "spark.databricks.delta.optimize.maxFileSize"
+#: The size under which a compaction (an OPTIMIZE without ZORDER) rewrites a file.
+OPTIMIZE_MIN_FILE_SIZE = "spark.databricks.delta.optimize.minFileSize"
+
+
+#: A scheduled OPTIMIZE reorders the whole table only once files written since the last
+#: reordering hold at least this share of its bytes; before that it only compacts small
+#: files. Delta's Z-order takes every file of the table (it does for multi-dimensional
+#: clustering), as the ``both`` rewrite does, so reordering at every ``optimize_interval``
+#: (6 h) rewrote the whole table four times a day, and VACUUM kept each copy for
+#: ``vacuum_retention`` (7 days): up to 29 times the table on disk. With this share, a
+#: table reorders about once per quarter of new data, and sweeps and lookups read at most
+#: that share of unordered bytes beyond what the layout skips.
+REORDER_SHARE = 0.25
 
 
 def optimize(store, cluster_by: str = "expires_at", file_bytes: int = 128 * 2**20, *,
-             log_retention_ms: int | None = None) -> dict[str, int] | None:
+             log_retention_ms: int | None = None,
+             incremental: bool = False) -> dict[str, int] | None:
     """Compact small files and order them by ``cluster_by`` (``expires_at``: sweeps skip more
     files; ``key_hash``: lookups and small batches' writes do; ``both``: expiry groups
     ordered by key, ``ttl.store.ordering``), in files of at most ``file_bytes``; then
-    checkpoint in the background when one is due (other writers' commits too). Returns the
-    ``both`` rewrite's account (files, groups, version), else ``None``."""
+    checkpoint in the background when one is due (other writers' commits too). With
+    ``incremental`` (the scheduled job), the whole table is reordered only when
+    ``REORDER_SHARE`` of it was written since the last reordering, else small files are
+    compacted. Returns the ``both`` rewrite's account (files, groups, version), else
+    ``None``."""
     done: dict[str, int] = {}
     if cluster_by not in ("expires_at", "key_hash", "both"):
         raise ValueError(f"maintenance.cluster_by = {cluster_by!r}: expected expires_at, "
                          "key_hash or both")
+    reorder = not incremental or _reorder_due(store)
 
     def compact() -> None:
         store.check_writable()
-        if cluster_by == "both":
+        if reorder and cluster_by == "both":
             done.update(ordering.rewrite(store.spark, store.path, file_bytes,
                                          before_commit=store.check_writable))
             return
+        # A compaction rewrites only files under three quarters of the target (Delta's
+        # default bound is 1 GiB: every file of a table of 128 MiB files).
+        sizes = {OPTIMIZE_MAX_FILE_SIZE: str(file_bytes),
+                 OPTIMIZE_MIN_FILE_SIZE: str(file_bytes * 3 // 4)}
         conf = store.spark.conf
-        before = conf.get(OPTIMIZE_MAX_FILE_SIZE, None)
-        conf.set(OPTIMIZE_MAX_FILE_SIZE, str(file_bytes))
+        before = {k: conf.get(k, None) for k in sizes}
+        for k, v in sizes.items():
+            conf.set(k, v)
+        order = f" ZORDER BY ({cluster_by})" if reorder else ""
         try:
-            store.spark.sql(f"OPTIMIZE delta.`{store.path}` ZORDER BY ({cluster_by})")
+            store.spark.sql(f"OPTIMIZE delta.`{store.path}`{order}")
         finally:
-            if before is None:
-                conf.unset(OPTIMIZE_MAX_FILE_SIZE)
-            else:
-                conf.set(OPTIMIZE_MAX_FILE_SIZE, before)
+            for k, v in before.items():
+                if v is None:
+                    conf.unset(k)
+                else:
+                    conf.set(k, v)
 
     retrying(compact, what="OPTIMIZE")
-    _mark_done(store, PROP_OPTIMIZED_AT, log_retention_ms)
+    marks = {}
+    if reorder:
+        files = _files(store)
+        marks[PROP_REORDERED_THROUGH] = str(max(files["modification_time"].to_pylist(),
+                                                default=0))
+    _mark_done(store, PROP_OPTIMIZED_AT, log_retention_ms, marks)
     store.checkpoint_later()
     return done or None
+
+
+def _files(store):
+    """The table's data files (delta-rs add actions: path, size, modification time)."""
+    import pyarrow as pa
+
+    options = delta_rs.storage_options_for(store.path, delta_rs.session_options(store.spark))
+    return pa.table(delta_rs.table(store.path, options).get_add_actions(flatten=True))
+
+
+def _reorder_due(store) -> bool:
+    """Whether files written since the last full reordering (``PROP_REORDERED_THROUGH``)
+    hold at least ``REORDER_SHARE`` of the table's bytes; a table never reordered is due."""
+    import pyarrow.compute as pc
+
+    through = delta_log.properties(store.spark, store.path).get(PROP_REORDERED_THROUGH)
+    if through is None or not through.isdigit():
+        return True
+    files = _files(store)
+    total = pc.sum(files["size_bytes"]).as_py() or 0
+    newer = pc.sum(files.filter(pc.greater(files["modification_time"], int(through)))
+                   ["size_bytes"]).as_py() or 0
+    return total > 0 and newer >= REORDER_SHARE * total
 
 
 def log_kept(retention_ms: int) -> dict[str, str]:
@@ -342,10 +396,12 @@ def log_kept(retention_ms: int) -> dict[str, str]:
             "delta.deletedFileRetentionDuration": interval}
 
 
-def _mark_done(store, prop: str, log_retention_ms: int | None) -> None:
+def _mark_done(store, prop: str, log_retention_ms: int | None,
+               more: dict[str, str] | None = None) -> None:
     """Record on the table when a maintenance job finished (``schedule.first_run``), in
-    the commit that also keeps its log ``log_retention_ms`` (``log_kept``)."""
-    props = {prop: str(store.wall_clock.now_ms())}
+    the commit that also keeps its log ``log_retention_ms`` (``log_kept``) and sets
+    ``more``."""
+    props = {prop: str(store.wall_clock.now_ms()), **(more or {})}
     if log_retention_ms is not None:
         props.update(log_kept(log_retention_ms))
     store.check_writable()

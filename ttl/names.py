@@ -59,6 +59,9 @@ PROP_RESTORE_PENDING = "ttl.restore.pending"
 # or daemon runs one that is overdue at once, instead of an interval after its start.
 PROP_OPTIMIZED_AT = "ttl.maintenance.optimized_at"
 PROP_VACUUMED_AT = "ttl.maintenance.vacuumed_at"
+# The newest file modification time (ms) the last full reordering of the table (a Z-order,
+# or the ``both`` rewrite) left: files written after it hold rows in no order.
+PROP_REORDERED_THROUGH = "ttl.maintenance.reordered_through"
 
 # -- commit metadata ops (``userMetadata.op`` of the engine's commits) -----------------------
 

@@ -108,7 +108,8 @@ class StoreJobs:
     def optimize(self) -> None:
         m = self.conf.maintenance
         self._guarded("optimize", lambda: eviction.optimize(
-            self.store, m.cluster_by, m.optimize_file_bytes, log_retention_ms=m.log_retention))
+            self.store, m.cluster_by, m.optimize_file_bytes, log_retention_ms=m.log_retention,
+            incremental=True))
 
     def vacuum(self) -> None:
         m = self.conf.maintenance

@@ -248,6 +248,63 @@ def test_maintenance_records_its_runs_and_a_restart_runs_an_overdue_one_at_once(
     assert abs(runs["optimize"]) < 60 and abs(runs["vacuum"]) < 60
 
 
+def test_the_scheduled_optimize_reorders_the_table_only_once_a_quarter_of_it_is_new(
+        spark, table_path):
+    """A Z-order rewrites every file of the table, so the scheduled OPTIMIZE reorders the
+    whole table only when files written since its last reordering hold a quarter of its
+    bytes (``eviction.REORDER_SHARE``); in between it compacts the small files and leaves
+    the ordered ones. A table never reordered is reordered first, and a direct call
+    (``ttl upgrade``) always. The rows stay the same throughout."""
+    import json
+
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    target = 100_000
+    store = make_store(spark, table_path)
+    conf = from_dict({"store": {"name": "ev", "path": table_path, "ttl": "60s"},
+                      "kafka": {"input_topic": "x", "changelog_topic": "y"},
+                      "maintenance": {"optimize_file_bytes": target},
+                      "stream": {"checkpoint": "unused"}})
+    jobs = schedule.StoreJobs(store, conf)
+
+    def load(first: int, n: int) -> None:  # incompressible values: files of a known size
+        store.apply_records(recs(*[(f"k{i:05d}".encode(), os.urandom(100), NOW + i)
+                                   for i in range(first, first + n)]))
+
+    def last_optimize_ordered() -> bool:
+        entry = next(h for h in DeltaTable(table_path).history(20)
+                     if h["operation"] == "OPTIMIZE")
+        return json.loads(entry["operationParameters"]["zOrderBy"]) == ["expires_at"]
+
+    def sizes() -> list[int]:
+        files = pa.table(DeltaTable(table_path).get_add_actions(flatten=True))
+        return sorted(files["size_bytes"].to_pylist())
+
+    for first in range(0, 3000, 1000):
+        load(first, 1000)
+    jobs.optimize()
+    assert last_optimize_ordered()                               # never reordered: now
+    ordered = sizes()
+    assert len(ordered) >= 2 and min(ordered) >= target * 3 // 4
+    load(3000, 50)
+    load(3050, 50)
+    jobs.optimize()
+    assert not last_optimize_ordered()                           # 100 new rows: compacted
+    now = sizes()
+    assert [s for s in now if s < target * 3 // 4] == [now[0]]   # the two small files: one
+    assert now[1:] == ordered                                    # the ordered ones kept
+    jobs.optimize()
+    assert not last_optimize_ordered()                           # nothing new: still not
+    load(4000, 1500)
+    jobs.optimize()
+    assert last_optimize_ordered()                               # a third new: reordered
+    assert keys(store) == {f"k{i:05d}".encode()
+                           for i in [*range(3100), *range(4000, 5500)]}
+    load(6000, 50)
+    assert eviction.optimize(store) is None and last_optimize_ordered()  # a direct call
+
+
 def test_a_standalone_sweep_skips_while_another_process_holds_the_lease(spark, table_path):
     store = make_store(spark, table_path)
     stream_lease = Lease(spark, table_path, duration_ms=60_000, holder="stream-job")
