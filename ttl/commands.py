@@ -407,8 +407,7 @@ def upgrade(app: App, rollback: bool) -> str:
         store = DeltaStore(app.spark, app.conf.store, clock=app.conf.eviction.clock,
                            wall_clock=app.wall_clock, create=False)
         before = delta_log.file_count(store.spark, store.path)
-        eviction.optimize(store, m.cluster_by, m.optimize_file_bytes,
-                          log_retention_ms=m.log_retention)
+        eviction.optimize(store, m.cluster_by, m.optimize_file_bytes)
         after = delta_log.file_count(store.spark, store.path)
         order = "expiry group, then key_hash" if m.cluster_by == "both" else m.cluster_by
         return (f"{done}\nlayout: files ordered by {order} (OPTIMIZE: {before} files "

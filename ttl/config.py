@@ -261,27 +261,10 @@ class MaintenanceConfig(_Section):
     vacuum_retention: DurationMs = 7 * 86_400_000
     publisher_max_lag: DurationMs = 3_600_000
     drill_window: DurationMs = 86_400_000
-    #: How long the store's Delta log keeps its commits (``delta.logRetentionDuration``,
-    #: and ``deletedFileRetentionDuration``, which Delta wants no longer; set by each
-    #: scheduled OPTIMIZE and VACUUM). Every snapshot update on a local disk reads the
-    #: names of all the log's files: Delta's default 30 days of a 2-second trigger are 1.3M
-    #: commits, about 4 s a delta-rs open (docs/performance.md). At least the publisher's
-    #: worst lag plus the drills' window (their change data and time travel need it).
-    log_retention: DurationMs = 2 * 86_400_000
 
     @property
     def minimum_retention(self) -> int:
         return self.publisher_max_lag + self.drill_window
-
-    @model_validator(mode="after")
-    def _log_kept_for_the_publisher_and_drills(self) -> MaintenanceConfig:
-        if self.log_retention < self.minimum_retention:
-            raise ValueError(
-                f"maintenance.log_retention ({self.log_retention} ms) is shorter than "
-                f"maintenance.publisher_max_lag + maintenance.drill_window "
-                f"({self.minimum_retention} ms): the publisher and drills read commits "
-                "that old")
-        return self
 
 
 def _records_or_auto(value: Any) -> Any:

@@ -32,6 +32,7 @@ from ttl.names import (
     OP_ALTER,
     OP_SWEEP,
     PROP_OPTIMIZED_AT,
+    PROP_REORDERED_BY,
     PROP_REORDERED_THROUGH,
     PROP_TTL,
     PROP_VACUUMED_AT,
@@ -314,7 +315,6 @@ REORDER_SHARE = 0.25
 
 
 def optimize(store, cluster_by: str = "expires_at", file_bytes: int = 128 * 2**20, *,
-             log_retention_ms: int | None = None,
              incremental: bool = False) -> dict[str, int] | None:
     """Compact small files and order them by ``cluster_by`` (``expires_at``: sweeps skip more
     files; ``key_hash``: lookups and small batches' writes do; ``both``: expiry groups
@@ -328,7 +328,7 @@ def optimize(store, cluster_by: str = "expires_at", file_bytes: int = 128 * 2**2
     if cluster_by not in ("expires_at", "key_hash", "both"):
         raise ValueError(f"maintenance.cluster_by = {cluster_by!r}: expected expires_at, "
                          "key_hash or both")
-    reorder = not incremental or _reorder_due(store)
+    reorder = not incremental or _reorder_due(store, f"{cluster_by}:{file_bytes}")
 
     def compact() -> None:
         store.check_writable()
@@ -360,7 +360,8 @@ def optimize(store, cluster_by: str = "expires_at", file_bytes: int = 128 * 2**2
         files = _files(store)
         marks[PROP_REORDERED_THROUGH] = str(max(files["modification_time"].to_pylist(),
                                                 default=0))
-    _mark_done(store, PROP_OPTIMIZED_AT, log_retention_ms, marks)
+        marks[PROP_REORDERED_BY] = f"{cluster_by}:{file_bytes}"
+    _mark_done(store, PROP_OPTIMIZED_AT, marks)
     store.checkpoint_later()
     return done or None
 
@@ -373,13 +374,16 @@ def _files(store):
     return pa.table(delta_rs.table(store.path, options).get_add_actions(flatten=True))
 
 
-def _reorder_due(store) -> bool:
+def _reorder_due(store, layout: str) -> bool:
     """Whether files written since the last full reordering (``PROP_REORDERED_THROUGH``)
-    hold at least ``REORDER_SHARE`` of the table's bytes; a table never reordered is due."""
+    hold at least ``REORDER_SHARE`` of the table's bytes; a table never reordered, or
+    reordered into another ``layout`` (``maintenance.cluster_by`` and
+    ``optimize_file_bytes`` changed since), is due."""
     import pyarrow.compute as pc
 
-    through = delta_log.properties(store.spark, store.path).get(PROP_REORDERED_THROUGH)
-    if through is None or not through.isdigit():
+    props = delta_log.properties(store.spark, store.path)
+    through = props.get(PROP_REORDERED_THROUGH)
+    if through is None or not through.isdigit() or props.get(PROP_REORDERED_BY) != layout:
         return True
     files = _files(store)
     total = pc.sum(files["size_bytes"]).as_py() or 0
@@ -388,24 +392,16 @@ def _reorder_due(store) -> bool:
     return total > 0 and newer >= REORDER_SHARE * total
 
 
-def log_kept(retention_ms: int) -> dict[str, str]:
-    """The table properties that keep the store's log (and removed files' tombstones) for
-    ``retention_ms`` (``maintenance.log_retention``), in whole hours."""
-    interval = f"interval {max(1, -(-retention_ms // 3_600_000))} hours"
-    return {"delta.logRetentionDuration": interval,
-            "delta.deletedFileRetentionDuration": interval}
-
-
-def _mark_done(store, prop: str, log_retention_ms: int | None,
-               more: dict[str, str] | None = None) -> None:
+def _mark_done(store, prop: str, more: dict[str, str] | None = None) -> None:
     """Record on the table when a maintenance job finished (``schedule.first_run``), in
-    the commit that also keeps its log ``log_retention_ms`` (``log_kept``) and sets
-    ``more``."""
+    one commit with ``more``."""
     props = {prop: str(store.wall_clock.now_ms()), **(more or {})}
-    if log_retention_ms is not None:
-        props.update(log_kept(log_retention_ms))
-    store.check_writable()
-    retrying(lambda: set_properties(store.spark, store.path, props), what=f"recording {prop}")
+
+    def record() -> None:
+        store.check_writable()  # again at every retry: a fence may be what conflicted
+        set_properties(store.spark, store.path, props)
+
+    retrying(record, what=f"recording {prop}")
 
 
 #: VACUUM's own duration and the publisher's next step: the oldest unpublished commit must
@@ -413,8 +409,7 @@ def _mark_done(store, prop: str, log_retention_ms: int | None,
 VACUUM_SLACK_MS = 600_000
 
 
-def vacuum(store, retention_ms: int, minimum_ms: int, published: int | None, *,
-           log_retention_ms: int | None = None) -> None:
+def vacuum(store, retention_ms: int, minimum_ms: int, published: int | None) -> None:
     """VACUUM, refusing a retention that could remove change data or versions still needed:
     by configuration (the publisher's worst lag plus the drills' time-travel window), and by
     the publisher's measured position ``published`` (the last table version on the
@@ -452,7 +447,7 @@ def vacuum(store, retention_ms: int, minimum_ms: int, published: int | None, *,
     store.check_writable()  # VACUUM commits its start and end to the table's log
     store.spark.sql(f"VACUUM delta.`{store.path}` RETAIN {hours} HOURS")
     _vacuum_expired_keys(store, hours, side_cutoff)
-    _mark_done(store, PROP_VACUUMED_AT, log_retention_ms)
+    _mark_done(store, PROP_VACUUMED_AT)
 
 
 def _vacuum_expired_keys(store, hours: int, cutoff_ms: int) -> None:

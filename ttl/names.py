@@ -62,6 +62,7 @@ PROP_VACUUMED_AT = "ttl.maintenance.vacuumed_at"
 # The newest file modification time (ms) the last full reordering of the table (a Z-order,
 # or the ``both`` rewrite) left: files written after it hold rows in no order.
 PROP_REORDERED_THROUGH = "ttl.maintenance.reordered_through"
+PROP_REORDERED_BY = "ttl.maintenance.reordered_by"  # its cluster_by:optimize_file_bytes
 
 # -- commit metadata ops (``userMetadata.op`` of the engine's commits) -----------------------
 

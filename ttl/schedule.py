@@ -108,8 +108,7 @@ class StoreJobs:
     def optimize(self) -> None:
         m = self.conf.maintenance
         self._guarded("optimize", lambda: eviction.optimize(
-            self.store, m.cluster_by, m.optimize_file_bytes, log_retention_ms=m.log_retention,
-            incremental=True))
+            self.store, m.cluster_by, m.optimize_file_bytes, incremental=True))
 
     def vacuum(self) -> None:
         m = self.conf.maintenance
@@ -118,8 +117,7 @@ class StoreJobs:
             if self.publish is not None:
                 self.publish()  # what can be published first: the lag measured is then real
             eviction.vacuum(self.store, m.vacuum_retention, m.minimum_retention,
-                            self.published() if self.published is not None else None,
-                            log_retention_ms=m.log_retention)
+                            self.published() if self.published is not None else None)
 
         self._guarded("vacuum", publish_then_vacuum)
 
@@ -128,16 +126,24 @@ def _seconds(ms: int) -> float:
     return ms / 1000.0
 
 
+#: How long after a start an overdue maintenance job runs: the stream's first batches go
+#: first (a backlog after an outage waits for no Z-order), and a job that brings the
+#: driver down (out of memory) leaves it this long to make progress at every restart.
+OVERDUE_DELAY_MS = 600_000
+
+
 def first_run(last_done: str | None, interval_ms: int, now_ms: int) -> dt.datetime | None:
     """When a maintenance job first runs after a start: an interval after it last finished
-    (``last_done``, the table's record in wall-clock ms), at once when that is past, and
-    ``None`` (an interval after the start) when the table has no record. A stream
-    restarted more often than the interval (deploys, a lost lease) would otherwise never
-    VACUUM: what VACUUM bounds (removed files, change data, expired-keys rows) would grow
-    for as long as it kept restarting."""
+    (``last_done``, the table's record in wall-clock ms), ``OVERDUE_DELAY_MS`` after the
+    start (at most an interval) when that is past, and ``None`` (an interval after the
+    start) when the table has no record. A stream restarted more often than the interval
+    (deploys, a lost lease) would otherwise never VACUUM: what VACUUM bounds (removed
+    files, change data, expired-keys rows) would grow for as long as it kept restarting.
+    A record in the future (another host's clock) counts as now."""
     if last_done is None or not last_done.isdigit():
         return None
-    due_ms = max(now_ms, int(last_done) + interval_ms)
+    due_ms = min(int(last_done), now_ms) + interval_ms
+    due_ms = max(due_ms, now_ms + min(OVERDUE_DELAY_MS, interval_ms))
     return dt.datetime.fromtimestamp(due_ms / 1000, tz=dt.timezone.utc)
 
 

@@ -97,13 +97,6 @@ def test_a_changelog_topic_that_cannot_carry_the_largest_record_is_named():
     assert "store.max_record_bytes (1000000)" in problem
 
 
-def test_a_log_kept_shorter_than_publisher_lag_plus_drill_window_is_refused():
-    with pytest.raises(ConfigError, match=r"maintenance\.log_retention \(3600000 ms\)"):
-        config.from_dict({**MINIMAL, "maintenance": {"log_retention": "1h"}})
-    kept = config.from_dict({**MINIMAL, "maintenance": {"log_retention": "26h"}})
-    assert kept.maintenance.log_retention == 26 * 3_600_000
-
-
 def test_vacuum_refuses_a_retention_shorter_than_publisher_lag_plus_drill_window():
     from ttl.eviction import vacuum
 
