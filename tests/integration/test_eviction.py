@@ -278,8 +278,7 @@ def test_the_scheduled_optimize_reorders_the_table_only_once_a_quarter_of_it_is_
         files = pa.table(DeltaTable(table_path).get_add_actions(flatten=True))
         return sorted(files["size_bytes"].to_pylist())
 
-    for first in range(0, 3000, 1000):
-        load(first, 1000)
+    load(0, 3000)
     jobs.optimize()
     assert last_optimize_ordered()                               # never reordered: now
     ordered = sizes()
@@ -302,7 +301,6 @@ def test_the_scheduled_optimize_reorders_the_table_only_once_a_quarter_of_it_is_
         {**raw, "maintenance": {"optimize_file_bytes": target, "cluster_by": "key_hash"}}))
     by_key.optimize()
     assert last_optimize_ordered(["key_hash"])                   # another layout: reordered
-    load(6000, 50)
     assert eviction.optimize(store) is None and last_optimize_ordered()  # a direct call
 
 
