@@ -151,7 +151,8 @@ def test_upgrade_of_a_v3_store_gives_it_the_configured_layout_and_publishes_noth
 
 
 def test_ttl_upgrade_of_a_legacy_table_can_still_be_rolled_back(spark, table_path):
-    """The layout's OPTIMIZE after the format upgrade changes no row: a rollback right after
+    """The layout's OPTIMIZE after the format upgrade changes no row, nor does the property
+    commit that records it (``ttl.maintenance.optimized_at``): a rollback right after
     ``ttl upgrade`` is not refused as if the store had been written since (here the
     ``both`` layout, whose rewrite is an OPTIMIZE commit of the engine's own making)."""
     legacy_table(spark, table_path, 2)
@@ -159,7 +160,9 @@ def test_ttl_upgrade_of_a_legacy_table_can_still_be_rolled_back(spark, table_pat
                       wall_clock=FixedClock(NOW))
     said = commands.upgrade(runtime, rollback=False)
     assert "upgraded in place" in said and "by expiry group, then key_hash" in said, said
-    assert delta_log.latest_commit(spark, table_path).operation == "OPTIMIZE"
+    latest = delta_log.latest_version(spark, table_path)
+    assert [delta_log.commit_info(spark, table_path, v).operation
+            for v in (latest - 1, latest)] == ["OPTIMIZE", "SET TBLPROPERTIES"]
     assert upgrade.detect(spark, table_path) == 3
     assert "rolled back" in commands.upgrade(runtime, rollback=True)
     assert upgrade.detect(spark, table_path) == 2
