@@ -82,6 +82,9 @@ TABLE_PROPERTIES = {"delta.logRetentionDuration": "interval 3 hours",
 #: be: no reader of the row holds a version for an hour.
 CLEAN_EVERY_MS = 3_600_000
 CLEAN_AFTER_HOURS = 1
+#: How long ``release`` waits for a clean-up under way (a command's process exits after
+#: it; a thread inside delta-rs's native code at interpreter exit is best avoided).
+CLEANER_JOIN_S = 10.0
 
 #: delta-rs's conflict: another commit won the race (``renew``).
 CONFLICTS = (CommitFailedError,)
@@ -404,6 +407,9 @@ class Lease:
         self.stop_heartbeat()
         self._renewed_at = None
         self._cleaned_at = None  # the next taking cleans up again
+        cleaner = self._cleaner
+        if cleaner is not None:  # a one-shot command exits next: not in the middle of it
+            cleaner.join(CLEANER_JOIN_S)
         self._update({"owner": "NULL", "expires_at": "0"},
                      f"id = '{LEASE_ID}' AND owner = '{self.owner}'")
 
