@@ -367,11 +367,12 @@ def optimize(store, cluster_by: str = "expires_at", file_bytes: int = 128 * 2**2
 
 
 def _files(store):
-    """The table's data files (delta-rs add actions: path, size, modification time)."""
+    """The table's data files (delta-rs add actions: path, size, modification time), read
+    with the storage options the store's lookup already holds."""
     import pyarrow as pa
 
-    options = delta_rs.storage_options_for(store.path, delta_rs.session_options(store.spark))
-    return pa.table(delta_rs.table(store.path, options).get_add_actions(flatten=True))
+    return pa.table(delta_rs.table(store.path, store.lookup.options)
+                    .get_add_actions(flatten=True))
 
 
 def _reorder_due(store, layout: str) -> bool:
