@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 import uuid
 from pathlib import Path
 
@@ -55,15 +56,19 @@ def test_the_conditional_log_store_lets_exactly_one_driver_write_each_version(ob
     assert result["second_write"] == "FileAlreadyExistsException", result
 
 
-class DropsConditionalWrites:
-    """A TCP relay in front of an S3 server that removes ``If-None-Match`` from every
-    request: an S3-compatible server that ignores conditional writes, as some do (the
-    server behind it checks no signature, since the header is a signed one)."""
+class Relay:
+    """A TCP relay in front of an S3 server that records each request's line (method, path
+    and query) and, with ``drop_conditions``, removes ``If-None-Match`` from every request:
+    an S3-compatible server that ignores conditional writes, as some do (the server behind
+    it then checks no signature, since the header is a signed one)."""
 
     HEADER = re.compile(rb"\r\nif-none-match:[^\r]*", re.IGNORECASE)
+    REQUEST_LINE = re.compile(rb"((?:GET|HEAD|PUT|POST|DELETE) /\S*) HTTP/1\.1\r\n")
 
-    def __init__(self, target_port: int) -> None:
+    def __init__(self, target_port: int, *, drop_conditions: bool = False) -> None:
         self.target = target_port
+        self.drop_conditions = drop_conditions
+        self.requests: list[str] = []
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         threading.Thread(target=self._accept, daemon=True).start()
@@ -88,7 +93,7 @@ class DropsConditionalWrites:
             threading.Thread(target=self._pump, args=(upstream, client, False),
                              daemon=True).start()
 
-    def _pump(self, src, dst, rewrite: bool) -> None:
+    def _pump(self, src, dst, requests: bool) -> None:
         """Copy ``src`` to ``dst``; requests are held until their sender pauses (or 256 KiB
         came) so a header is never cut in two before it is removed."""
         held = b""
@@ -100,21 +105,27 @@ class DropsConditionalWrites:
                     if not chunk:
                         break
                     held += chunk
-                    if rewrite and len(held) < 262_144:
+                    if requests and len(held) < 262_144:
                         continue  # until the sender pauses
                 if held:
-                    dst.sendall(self.HEADER.sub(b"", held) if rewrite else held)
+                    dst.sendall(self._requests(held) if requests else held)
                     held = b""
         except OSError:
             pass
         finally:
             if held:
                 with contextlib.suppress(OSError):
-                    dst.sendall(self.HEADER.sub(b"", held) if rewrite else held)
+                    dst.sendall(self._requests(held) if requests else held)
             for sock in (src, dst):  # the other direction's pump then ends too
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
             src.close()
+
+    def _requests(self, data: bytes) -> bytes:
+        """Record the request lines in ``data`` (held until its sender paused, so whole
+        requests); return it as the server gets it."""
+        self.requests += [m.decode() for m in self.REQUEST_LINE.findall(data)]
+        return self.HEADER.sub(b"", data) if self.drop_conditions else data
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -129,7 +140,7 @@ def test_the_conditional_log_store_refuses_a_server_that_ignores_conditional_wri
     written twice) before its first commit to a bucket, and refuses to commit, naming the
     bucket and the remedy. Straight to the same server, the same write goes through."""
     with LocalObjectStore(tmp_path / "s3", check_signatures=False) as server:
-        relay = DropsConditionalWrites(server.port)
+        relay = Relay(server.port, drop_conditions=True)
         try:
             root = server.create_bucket(f"blind{uuid.uuid4().hex[:8]}")
             outcomes = {}
@@ -153,6 +164,43 @@ def test_the_conditional_log_store_refuses_a_server_that_ignores_conditional_wri
     assert not (log / "relayed" / "t" / "_delta_log" / f"{0:020d}.json").exists()
     assert (log / "direct" / "t" / "_delta_log" / f"{0:020d}.json").exists()
     assert not list(log.rglob(".ttl-if-none-match-*")), "a probe was left behind"
+
+
+def test_the_conditional_log_store_lists_the_log_from_a_key(tmp_path):
+    """A snapshot update lists the log from a version on. Delta's S3 store lists the whole
+    ``_delta_log`` unless told otherwise (every commit file the log's retention keeps, a
+    thousand keys a request, at every update: 25 s at 30,000 commits on the local server);
+    ttl's asks S3 for the keys after the one before that version (``start-after``). A log
+    of 2,500 commit files, listed from version 2,495: the names from it on, in one LIST
+    that starts after the key before it, and no listing of the directory from its start."""
+    with LocalObjectStore(tmp_path / "s3") as server:
+        relay = Relay(server.port)
+        try:
+            root = server.create_bucket("listing")
+            log_dir = server.buckets / "listing" / "t" / "_delta_log"
+            log_dir.mkdir(parents=True)
+            for version in range(2_500):
+                (log_dir / f"{version:020d}.json").write_text("{}\n")
+            settings = {**server.spark_settings(), "spark.hadoop.fs.s3a.endpoint": relay.endpoint,
+                        "spark.delta.logStore.s3a.impl": "ttl.delta.S3ConditionalLogStore"}
+            proc = subprocess.run(
+                [sys.executable, str(Path(__file__).with_name("log_store_list.py")),
+                 f"{root}/t/_delta_log", "2495", "ttl.delta.S3ConditionalLogStore",
+                 json.dumps(settings)],
+                capture_output=True, text=True, timeout=300, cwd=REPO_ROOT,
+                env={**os.environ, **server.environment(), "PYTHONPATH": str(REPO_ROOT)})
+        finally:
+            relay.close()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    listed = json.loads(proc.stdout.strip().splitlines()[-1])["listed"]
+    assert listed == [f"{v:020d}.json" for v in range(2_495, 2_500)], listed
+    listings = [r for r in relay.requests if "list-type=2" in r and "_delta_log" in r]
+    key_before = urllib.parse.quote(f"t/_delta_log/{2_494:020d}", safe="")
+    assert [r for r in listings if f"start-after={key_before}" in r] == \
+        [r for r in listings if "start-after" in r] and len(listings) == 2, listings
+    # S3A's probes of the directory itself ask for at most two keys
+    assert all("start-after" in r or re.search(r"max-keys=[12](&|$)", r) for r in listings), \
+        listings
 
 
 def test_a_versions_checksum_is_read_on_s3_without_spark(object_store, monkeypatch):

@@ -27,7 +27,8 @@ import org.apache.hadoop.fs.Path;
  * It needs Hadoop's S3A with conditional create (3.4.2 and later: the
  * {@code fs.option.create.conditional.overwrite} option, {@code fs.s3a.create.conditional.enabled}
  * on, its default). Reads and listings are {@code S3SingleDriverLogStore}'s; overwrites (Delta
- * overwrites only files it may, such as {@code _last_checkpoint}) are plain PUTs.
+ * overwrites only files it may, such as {@code _last_checkpoint}) are plain PUTs. Listings
+ * start after a key (S3's {@code start-after}), not at the directory's first file.
  *
  * <p>A server that ignores {@code If-None-Match} (some S3-compatible ones) would make every
  * commit a blind PUT, worse than Delta's default; nothing in the answer to one PUT tells.
@@ -40,11 +41,30 @@ public class S3ConditionalLogStore extends S3SingleDriverLogStore {
     /** Hadoop's create option: fail when the file exists (S3A: {@code If-None-Match: *}). */
     static final String CREATE_IF_ABSENT = "fs.option.create.conditional.overwrite";
 
+    /** Delta's Hadoop setting: list the log from a key on (S3A's {@code start-after}). */
+    static final String FAST_LIST_FROM = "delta.enableFastS3AListFrom";
+
     /** The file systems (scheme and bucket) seen refusing a second conditional PUT. */
     private static final Set<URI> HONOURED = ConcurrentHashMap.newKeySet();
 
     public S3ConditionalLogStore(Configuration hadoopConf) {
-        super(hadoopConf);
+        super(listingFromAKey(hadoopConf));
+    }
+
+    /**
+     * The Hadoop configuration {@code S3SingleDriverLogStore} reads its listing mode from,
+     * with {@link #FAST_LIST_FROM} on unless the settings choose it: by default that store
+     * lists the whole {@code _delta_log} directory (every commit file the log's retention
+     * keeps, a thousand keys a request) at each snapshot update, where S3's
+     * {@code start-after} lists only the files from the version asked for on.
+     */
+    static Configuration listingFromAKey(Configuration hadoopConf) {
+        if (hadoopConf.get(FAST_LIST_FROM) != null) {
+            return hadoopConf;
+        }
+        Configuration copy = new Configuration(hadoopConf);
+        copy.setBoolean(FAST_LIST_FROM, true);
+        return copy;
     }
 
     @Override

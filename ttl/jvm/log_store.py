@@ -14,9 +14,9 @@ writes local files the same way.
 ``ttl setup`` compiles it with the JDK's ``javac`` against the pinned Delta and Hadoop jars;
 ``ttl.spark.session_settings`` then names it as Delta's store for the ``file`` scheme. Without
 a JDK (a JRE only), setup says so and Delta and Spark write and list the log as before.
-Object stores are untouched: Delta lists S3, ADLS and GCS from a key on, which costs nothing
-per older commit. The same jar holds ``S3ConditionalLogStore.java``, Delta's store for S3
-with commits that exclude other drivers (conditional PUTs), for a profile to name
+The same jar holds ``S3ConditionalLogStore.java``, Delta's store for S3 with commits that
+exclude other drivers (conditional PUTs) and listings from a key on (S3's ``start-after``,
+where Delta's S3 store lists the whole log by default), for a profile to name
 (``ttl.single_writer``).
 """
 
