@@ -71,3 +71,33 @@ def test_produce_sample_with_bootstrap_is_not_refused_for_an_embedded_profile():
 
     app = cli._app(cli.Path("conf/local.toml"), "127.0.0.1:1")
     assert app.kafka.bootstrap == "127.0.0.1:1"  # what the command then produces to
+
+
+_EXITING = """
+import atexit, sys, threading, time
+from pathlib import Path
+from ttl.cli import _exit
+out = Path(sys.argv[1])
+atexit.register(lambda: out.with_suffix(".atexit").write_text("ran"))
+threading.Thread(target=lambda: (time.sleep(0.3), out.with_suffix(".thread").write_text("done"))).start()
+print("printed", flush=False)
+_exit(eval(sys.argv[2]))
+"""
+
+
+def test_the_command_lines_exit_does_what_a_normal_exit_does_first(tmp_path):
+    """``ttl`` leaves with ``os._exit`` (no interpreter teardown, where Arrow's threads can
+    crash a finished command), but first as a normal exit does: it waits for non-daemon
+    threads, runs the exit handlers, flushes output; its code is ``sys.exit``'s."""
+    import subprocess
+    import sys
+
+    for code, returned, stderr in (("3", 3, ""), ("None", 0, ""), ("'bad setting'", 1,
+                                                                     "bad setting")):
+        out = tmp_path / code.strip("'")
+        proc = subprocess.run([sys.executable, "-c", _EXITING, str(out), code],
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == returned, (code, proc.stderr)
+        assert proc.stdout == "printed\n" and proc.stderr.strip() == stderr, proc
+        assert out.with_suffix(".atexit").read_text() == "ran"
+        assert out.with_suffix(".thread").read_text() == "done"
