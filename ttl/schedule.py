@@ -188,6 +188,7 @@ def run_daemon(conf: Config, jobs: StoreJobs, *, extra: dict | None = None) -> N
     try:
         scheduler.start()
     except (KeyboardInterrupt, SystemExit):
-        pass
+        if scheduler.running:  # its pool's workers would keep the process alive
+            scheduler.shutdown(wait=False)
     if jobs.failed is not None:  # a restarted daemon opens the store (a restored one) anew
         raise jobs.failed

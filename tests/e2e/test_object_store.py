@@ -172,35 +172,44 @@ def test_the_conditional_log_store_lists_the_log_from_a_key(tmp_path):
     thousand keys a request, at every update: 29 s at 30,000 commits on the local server);
     ttl's asks S3 for the keys after the one before that version (``start-after``). A log
     of 2,500 commit files, listed from version 2,495: the names from it on, in one LIST
-    that starts after the key before it, and no listing of the directory from its start."""
+    that starts after the key before it, and no listing of the directory from its start;
+    no file of a directory inside the log or beside it (Delta 4.4's own listing from a key
+    would give them). A listing of the table's directory (VACUUM's) is its own entries
+    only: not its sibling tables' files, nor its log's."""
     with LocalObjectStore(tmp_path / "s3") as server:
         relay = Relay(server.port)
         try:
             root = server.create_bucket("listing")
-            log_dir = server.buckets / "listing" / "t" / "_delta_log"
+            bucket = server.buckets / "listing"
+            log_dir = bucket / "t" / "_delta_log"
             log_dir.mkdir(parents=True)
             for version in range(2_500):
                 (log_dir / f"{version:020d}.json").write_text("{}\n")
+            for name in ("t/_delta_log/_sidecars/00000000000000002498.json",
+                         "t/_delta_log_x/00000000000000002499.json", "t/part-0.parquet",
+                         "t_lease/_delta_log/00000000000000000000.json"):
+                (bucket / name).parent.mkdir(parents=True, exist_ok=True)
+                (bucket / name).write_text("{}\n")
             settings = {**server.spark_settings(), "spark.hadoop.fs.s3a.endpoint": relay.endpoint,
                         "spark.delta.logStore.s3a.impl": "ttl.delta.S3ConditionalLogStore"}
             proc = subprocess.run(
                 [sys.executable, str(Path(__file__).with_name("log_store_list.py")),
-                 f"{root}/t/_delta_log", "2495", "ttl.delta.S3ConditionalLogStore",
-                 json.dumps(settings)],
+                 "ttl.delta.S3ConditionalLogStore", json.dumps(settings),
+                 json.dumps([[f"{root}/t/_delta_log", f"{2_495:020d}"], [f"{root}/t", "\0"]])],
                 capture_output=True, text=True, timeout=300, cwd=REPO_ROOT,
                 env={**os.environ, **server.environment(), "PYTHONPATH": str(REPO_ROOT)})
         finally:
             relay.close()
     assert proc.returncode == 0, proc.stderr[-3000:]
-    listed = json.loads(proc.stdout.strip().splitlines()[-1])["listed"]
-    assert listed == [f"{v:020d}.json" for v in range(2_495, 2_500)], listed
-    listings = [r for r in relay.requests if "list-type=2" in r and "_delta_log" in r]
+    log, table = json.loads(proc.stdout.strip().splitlines()[-1])["listed"]
+    assert log == [f"{v:020d}.json" for v in range(2_495, 2_500)], log
+    assert sorted(table) == ["_delta_log", "_delta_log_x", "part-0.parquet"], table
+    of_the_log = [r for r in relay.requests if "list-type=2" in r and "_delta_log" in r]
     key_before = urllib.parse.quote(f"t/_delta_log/{2_494:020d}", safe="")
-    assert [r for r in listings if f"start-after={key_before}" in r] == \
-        [r for r in listings if "start-after" in r] and len(listings) == 2, listings
-    # S3A's probes of the directory itself ask for at most two keys
-    assert all("start-after" in r or re.search(r"max-keys=[12](&|$)", r) for r in listings), \
-        listings
+    assert len([r for r in of_the_log if f"start-after={key_before}" in r]) == 1, of_the_log
+    # the rest are S3A's probes of a directory itself, which ask for at most two keys
+    assert all("start-after" in r or re.search(r"max-keys=[12](&|$)", r)
+               for r in of_the_log), of_the_log
 
 
 def test_a_versions_checksum_is_read_on_s3_without_spark(object_store, monkeypatch):

@@ -79,7 +79,10 @@ from pathlib import Path
 from ttl.cli import _exit
 out = Path(sys.argv[1])
 atexit.register(lambda: out.with_suffix(".atexit").write_text("ran"))
-threading.Thread(target=lambda: (time.sleep(0.3), out.with_suffix(".thread").write_text("done"))).start()
+late = lambda: (time.sleep(0.3), out.with_suffix(".thread").write_text("done"))
+threading.Thread(target=late).start()
+from concurrent.futures import ThreadPoolExecutor
+ThreadPoolExecutor(2).submit(print, "from a pool", flush=True).result()  # an idle worker stays
 print("printed", flush=False)
 _exit(eval(sys.argv[2]))
 """
@@ -88,7 +91,8 @@ _exit(eval(sys.argv[2]))
 def test_the_command_lines_exit_does_what_a_normal_exit_does_first(tmp_path):
     """``ttl`` leaves with ``os._exit`` (no interpreter teardown, where Arrow's threads can
     crash a finished command), but first as a normal exit does: it waits for non-daemon
-    threads, runs the exit handlers, flushes output; its code is ``sys.exit``'s."""
+    threads (an idle thread pool's workers are told to stop, not waited for forever), runs
+    the exit handlers, flushes output; its code is ``sys.exit``'s."""
     import subprocess
     import sys
 
@@ -98,6 +102,7 @@ def test_the_command_lines_exit_does_what_a_normal_exit_does_first(tmp_path):
         proc = subprocess.run([sys.executable, "-c", _EXITING, str(out), code],
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode == returned, (code, proc.stderr)
-        assert proc.stdout == "printed\n" and proc.stderr.strip() == stderr, proc
+        assert proc.stdout == "from a pool\nprinted\n", proc
+        assert proc.stderr.strip() == stderr, proc
         assert out.with_suffix(".atexit").read_text() == "ran"
         assert out.with_suffix(".thread").read_text() == "done"

@@ -1,17 +1,25 @@
 package ttl.delta;
 
+import java.io.FileNotFoundException;
 import java.io.IOException;
 import java.net.URI;
 import java.nio.charset.StandardCharsets;
+import java.util.Arrays;
+import java.util.Comparator;
 import java.util.Iterator;
+import java.util.List;
 import java.util.Set;
 import java.util.UUID;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.regex.Pattern;
+import java.util.stream.Collectors;
 
 import io.delta.storage.S3SingleDriverLogStore;
+import io.delta.storage.internal.S3LogStoreUtil;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FSDataOutputStream;
 import org.apache.hadoop.fs.FSDataOutputStreamBuilder;
+import org.apache.hadoop.fs.FileStatus;
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
 
@@ -26,9 +34,10 @@ import org.apache.hadoop.fs.Path;
  * gets the {@code FileAlreadyExistsException} Delta turns into a retry of its transaction.
  * It needs Hadoop's S3A with conditional create (3.4.2 and later: the
  * {@code fs.option.create.conditional.overwrite} option, {@code fs.s3a.create.conditional.enabled}
- * on, its default). Reads and listings are {@code S3SingleDriverLogStore}'s; overwrites (Delta
- * overwrites only files it may, such as {@code _last_checkpoint}) are plain PUTs. Listings
- * start after a key (S3's {@code start-after}), not at the directory's first file.
+ * on, its default). Overwrites (Delta overwrites only files it may, such as
+ * {@code _last_checkpoint}) are plain PUTs. A log is listed from a version on with S3's
+ * {@code start-after}, not from the directory's first file; reads and other listings are
+ * {@code S3SingleDriverLogStore}'s.
  *
  * <p>A server that ignores {@code If-None-Match} (some S3-compatible ones) would make every
  * commit a blind PUT, worse than Delta's default; nothing in the answer to one PUT tells.
@@ -44,27 +53,70 @@ public class S3ConditionalLogStore extends S3SingleDriverLogStore {
     /** Delta's Hadoop setting: list the log from a key on (S3A's {@code start-after}). */
     static final String FAST_LIST_FROM = "delta.enableFastS3AListFrom";
 
+    static final String LOG_DIRECTORY = "_delta_log";
+
+    /** What Delta lists a log from: a version's name or its prefix ({@code 00..042.}). */
+    static final Pattern VERSION_PREFIX = Pattern.compile("[0-9]{20}");
+
     /** The file systems (scheme and bucket) seen refusing a second conditional PUT. */
     private static final Set<URI> HONOURED = ConcurrentHashMap.newKeySet();
 
+    /** Whether {@link #listFrom} lists a log from a key ({@link #FAST_LIST_FROM}, default on). */
+    private final boolean listsFromAKey;
+
     public S3ConditionalLogStore(Configuration hadoopConf) {
-        super(listingFromAKey(hadoopConf));
+        super(wholeDirectoryListings(hadoopConf));
+        this.listsFromAKey = hadoopConf.getBoolean(FAST_LIST_FROM, true);
     }
 
     /**
-     * The Hadoop configuration {@code S3SingleDriverLogStore} reads its listing mode from,
-     * with {@link #FAST_LIST_FROM} on unless the settings choose it: by default that store
-     * lists the whole {@code _delta_log} directory (every commit file the log's retention
-     * keeps, a thousand keys a request) at each snapshot update, where S3's
-     * {@code start-after} lists only the files from the version asked for on.
+     * The configuration for {@code S3SingleDriverLogStore}, with its own fast listing off:
+     * Delta 4.4's asks S3 for every key under the directory's name without a trailing
+     * {@code /} or a delimiter, so a listing of a table's directory (VACUUM's, which goes
+     * through the log store) would get its log's files and its sibling tables' files
+     * ({@code <table>_lease/...}) as if they were its own. {@link #listFrom} lists from a key
+     * itself, for the log's versions only.
      */
-    static Configuration listingFromAKey(Configuration hadoopConf) {
-        if (hadoopConf.get(FAST_LIST_FROM) != null) {
-            return hadoopConf;
-        }
+    static Configuration wholeDirectoryListings(Configuration hadoopConf) {
         Configuration copy = new Configuration(hadoopConf);
-        copy.setBoolean(FAST_LIST_FROM, true);
+        copy.setBoolean(FAST_LIST_FROM, false);
         return copy;
+    }
+
+    /**
+     * The log's files from a version on: by default {@code S3SingleDriverLogStore} lists the
+     * whole {@code _delta_log} directory (every commit file the log's retention keeps, a
+     * thousand keys a request) at each snapshot update; this asks S3 for the keys after the
+     * one before the version ({@code start-after}) and keeps the directory's own files.
+     * Anything else (a listing of a table's directory, a file system that is not S3A, an
+     * explicit {@link #FAST_LIST_FROM} of false) is listed the whole-directory way.
+     */
+    @Override
+    public Iterator<FileStatus> listFrom(Path path, Configuration hadoopConf) throws IOException {
+        FileSystem fs = path.getFileSystem(hadoopConf);
+        Path from = fs.makeQualified(path);
+        Path dir = from.getParent();
+        if (!listsFromAKey || dir == null || !LOG_DIRECTORY.equals(dir.getName())
+                || !VERSION_PREFIX.matcher(from.getName()).lookingAt()) {
+            return super.listFrom(path, hadoopConf);
+        }
+        FileStatus[] listed;
+        try {
+            listed = S3LogStoreUtil.s3ListFromArray(fs, from, dir);
+        } catch (UnsupportedOperationException e) {  // not S3A (Delta's fast path needs it)
+            return super.listFrom(path, hadoopConf);
+        }
+        String dirPath = dir.toUri().getPath();
+        String fromName = from.getName();
+        List<FileStatus> own = Arrays.stream(listed)
+                .filter(s -> dirPath.equals(s.getPath().getParent().toUri().getPath()))
+                .filter(s -> s.getPath().getName().compareTo(fromName) >= 0)
+                .sorted(Comparator.comparing(s -> s.getPath().getName()))
+                .collect(Collectors.toList());
+        if (own.isEmpty() && !fs.exists(dir)) {  // as a listing of a missing directory
+            throw new FileNotFoundException("No such file or directory: " + dir);
+        }
+        return own.iterator();
     }
 
     @Override
