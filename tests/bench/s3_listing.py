@@ -4,13 +4,13 @@
     .venv/bin/python -m tests.bench.s3_listing --commits 1000,100000 --rounds 3
 
 Delta lists ``_delta_log`` from a version on at every snapshot update, several times per
-batch. On S3 its store (``S3SingleDriverLogStore``, which ``ttl.delta.S3ConditionalLogStore``
-extends) lists the whole directory unless ``delta.enableFastS3AListFrom`` is set; ttl's
-store sets it unless the settings choose. Per log length this starts the local
-S3-compatible server (``ttl.local.object_store``), writes that many commit files straight
-into its directory (no request each), and times a listing from the newest version with
-the setting off (Delta's default) and on (ttl's), alternated ``--rounds`` times in one
-process, and prints the medians and their ratio. The local server walks its directory
+batch. On S3 its store (``S3SingleDriverLogStore``) lists the whole directory;
+``ttl.delta.S3ConditionalLogStore`` lists it from a key unless ``delta.enableFastS3AListFrom``
+is false. Per log length this starts the local S3-compatible server
+(``ttl.local.object_store``), writes that many commit files straight into its directory (no
+request each), and times a listing from the newest version by ttl's store with that
+setting false (the whole directory, as Delta's) and true (from a key), alternated
+``--rounds`` times in one process, and prints the medians and their ratio. The local server walks its directory
 for every request, so its listing from a key still grows with the log; S3's does not.
 """
 
