@@ -10,8 +10,9 @@ is false. Per log length this starts the local S3-compatible server
 (``ttl.local.object_store``), writes that many commit files straight into its directory (no
 request each), and times a listing from the newest version by ttl's store with that
 setting false (the whole directory, as Delta's) and true (from a key), alternated
-``--rounds`` times in one process, and prints the medians and their ratio. The local server walks its directory
-for every request, so its listing from a key still grows with the log; S3's does not.
+``--rounds`` times in one process, and prints the medians and their ratio. The local
+server walks its directory for every request, so its listing from a key still grows with
+the log; S3's does not.
 """
 
 from __future__ import annotations

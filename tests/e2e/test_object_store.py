@@ -175,7 +175,8 @@ def test_the_conditional_log_store_lists_the_log_from_a_key(tmp_path):
     that starts after the key before it, and no listing of the directory from its start;
     no file of a directory inside the log or beside it (Delta 4.4's own listing from a key
     would give them). A listing of the table's directory (VACUUM's) is its own entries
-    only: not its sibling tables' files, nor its log's."""
+    only: not its sibling tables' files, nor its log's; and a VACUUM of a table with a
+    sibling keeps both tables whole (with Delta 4.4's listing from a key it failed)."""
     with LocalObjectStore(tmp_path / "s3") as server:
         relay = Relay(server.port)
         try:
@@ -191,17 +192,22 @@ def test_the_conditional_log_store_lists_the_log_from_a_key(tmp_path):
                 (bucket / name).parent.mkdir(parents=True, exist_ok=True)
                 (bucket / name).write_text("{}\n")
             settings = {**server.spark_settings(), "spark.hadoop.fs.s3a.endpoint": relay.endpoint,
-                        "spark.delta.logStore.s3a.impl": "ttl.delta.S3ConditionalLogStore"}
+                        "spark.delta.logStore.s3a.impl": "ttl.delta.S3ConditionalLogStore",
+                        "spark.databricks.delta.retentionDurationCheck.enabled": "false"}
             proc = subprocess.run(
                 [sys.executable, str(Path(__file__).with_name("log_store_list.py")),
                  "ttl.delta.S3ConditionalLogStore", json.dumps(settings),
-                 json.dumps([[f"{root}/t/_delta_log", f"{2_495:020d}"], [f"{root}/t", "\0"]])],
+                 json.dumps([[f"{root}/t/_delta_log", f"{2_495:020d}"], [f"{root}/t", "\0"]]),
+                 f"{root}/vacuumed"],
                 capture_output=True, text=True, timeout=300, cwd=REPO_ROOT,
                 env={**os.environ, **server.environment(), "PYTHONPATH": str(REPO_ROOT)})
         finally:
             relay.close()
     assert proc.returncode == 0, proc.stderr[-3000:]
-    log, table = json.loads(proc.stdout.strip().splitlines()[-1])["listed"]
+    outcome = json.loads(proc.stdout.strip().splitlines()[-1])
+    log, table = outcome["listed"]
+    assert outcome["after_vacuum"] == {f"{root}/vacuumed": list(range(10, 20)),
+                                       f"{root}/vacuumed_lease": list(range(10, 20))}, outcome
     assert log == [f"{v:020d}.json" for v in range(2_495, 2_500)], log
     assert sorted(table) == ["_delta_log", "_delta_log_x", "part-0.parquet"], table
     of_the_log = [r for r in relay.requests if "list-type=2" in r and "_delta_log" in r]
