@@ -8,8 +8,10 @@ spark-submit is the same code.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from ttl import config, delta_log, eviction, schedule
@@ -25,8 +27,9 @@ from ttl.changelog.progress import published_progress
 from ttl.changelog.publisher import table_at_path
 from ttl.config import Config, parse_ttl_ms
 from ttl.errors import ConfigError, PublisherFenced, RestoreError, TtlError
+from ttl.lease import Lease
 from ttl.local import sample
-from ttl.names import progress_topic
+from ttl.names import LEASE_SUFFIX, progress_topic, sibling
 from ttl.phases import BatchPhases
 from ttl.store import DeltaStore
 from ttl.stream import StreamJob, take_lease
@@ -295,7 +298,7 @@ def restore(app: App, *, target: str | None = None, until_version: int | None = 
         _refuse_a_partial_source(conf, until_version, until_offsets, converter, source_topic)
     else:
         app.refuse_an_unsafe_target("--target", path)
-    with app.claimed(into_store) as skipped:
+    with app.claimed(into_store) as skipped, _claimed_target(app, None if into_store else path):
         if skipped is not None:
             return skipped
         if into_store:
@@ -312,6 +315,34 @@ def restore(app: App, *, target: str | None = None, until_version: int | None = 
             finally:
                 publisher.close()
         return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def _claimed_target(app: App, target: str | None) -> Iterator[None]:
+    """A restore's ``--target`` that is a store's table (its lease table beside it) is
+    claimed as a standalone command claims its own store: a live holder (that store's
+    stream, or a command) refuses the restore before anything is read, since the overwrite
+    would replace the rows it commits; a lapsed holder's lease is taken over (which fences
+    that store, as every taking does) and held until the restore ends."""
+    if target is None or not (delta_log.is_delta_table(app.spark, target)
+                              and delta_log.is_delta_table(app.spark,
+                                                           sibling(target, LEASE_SUFFIX))):
+        yield
+        return
+    lease = Lease(app.spark, target, duration_ms=app.conf.eviction.lease,
+                  holder=f"restore:{app.conf.store.name}")
+    if not lease.acquire(wait=True):
+        other = lease.held_by_other()
+        raise RestoreError(
+            f"--target {target} is a store's table, and "
+            f"{other.holder if other else 'another writer'} holds its lease: the restore "
+            "would overwrite the rows it commits. Operator action: stop that writer (its "
+            "stream or command) first, or restore into a new path")
+    lease.start_heartbeat()
+    try:
+        yield
+    finally:
+        lease.release()
 
 
 def _refuse_a_partial_source(conf: Config, until_version, until_offsets, converter: str,

@@ -583,3 +583,43 @@ def test_a_point_in_time_restore_adopted_as_the_store_is_reseeded_before_it_publ
     rebuilt = rebuild_from_changelog(_all(kafka, conf.kafka.changelog_topic))
     assert {k: v for k, (v, _) in rebuilt.items()} == {b"k1": b"old", b"k3": b"v"}
     assert drill.run(spark, conf, clients(conf, kafka), wall_ms=NOW).match
+
+
+def test_a_restore_target_that_is_a_live_stores_table_is_refused(spark, kafka, tmp_path):
+    """A ``--target`` that is a live store's table (this store's, at the path a stream now
+    runs on: the runbook restores into a new path and points ``store.path`` at it; another
+    store's table is refused by its name), whose lease the stream holds, is refused before
+    anything is read, naming the holder: the overwrite would replace the rows that stream
+    commits. Once the lease is given back, the same restore takes it, overwrites the table
+    and gives it back."""
+    from ttl.config import StoreConfig
+    from ttl.lease import Lease
+
+    conf = make_conf(tmp_path, kafka, ttl="1h")
+    store = DeltaStore(spark, conf.store, wall_clock=FixedClock(NOW))
+    store.apply_records([InputRecord(b"k", b"v", NOW, (), 0, 0)])
+    publisher = Publisher(spark, conf.store.path, conf.store.name, clients(conf, kafka),
+                          conf.changelog)
+    publisher.publish()
+    publisher.close()
+    other = StoreConfig(name=conf.store.name, path=str(tmp_path / "moved"), ttl=3_600_000)
+    DeltaStore(spark, other, wall_clock=FixedClock(NOW)).apply_records(
+        [InputRecord(b"theirs", b"v", NOW, (), 0, 0)])
+    live = Lease(spark, other.path, holder="stream:other")
+    assert live.acquire()
+    live.start_heartbeat()
+    before = delta_log.latest_version(spark, other.path)
+    try:
+        with pytest.raises(RestoreError, match="stream:other holds its lease") as refused:
+            commands.restore(app.App(conf, bootstrap=kafka.bootstrap_servers, spark=spark),
+                             target=other.path)
+        assert "stop that writer" in str(refused.value)
+        assert delta_log.latest_version(spark, other.path) == before
+    finally:
+        live.release()
+    text = commands.restore(app.App(conf, bootstrap=kafka.bootstrap_servers, spark=spark),
+                            target=other.path)
+    assert "restore done" in text, text
+    assert {bytes(r.key) for r in spark.read.format("delta").load(other.path)
+            .collect()} == {b"k"}
+    assert Lease(spark, other.path).acquire(), "the restore kept the target's lease"
