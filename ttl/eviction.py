@@ -355,6 +355,7 @@ def optimize(store, cluster_by: str = "expires_at", file_bytes: int = 128 * 2**2
                     conf.set(k, v)
 
     retrying(compact, what="OPTIMIZE")
+    retrying(lambda: _compact_dead_letters(store), what="OPTIMIZE of the dead letters")
     marks = {}
     if reorder:
         files = _files(store)
@@ -364,6 +365,17 @@ def optimize(store, cluster_by: str = "expires_at", file_bytes: int = 128 * 2**2
     _mark_done(store, PROP_OPTIMIZED_AT, marks)
     store.checkpoint_later()
     return done or None
+
+
+def _compact_dead_letters(store) -> None:
+    """The dead-letter table's small files, one per batch that rejected records (tens of
+    thousands a day under steady bad input), compacted into few: what ``ttl dead-letters``
+    and a replay read. Its rows stay (dead letters go only by an operator's hand), and
+    VACUUM removes the compacted files after the retention."""
+    if not delta_log.is_delta_table(store.spark, store.dead_letter_path):
+        return
+    store.check_writable()
+    store.spark.sql(f"OPTIMIZE delta.`{store.dead_letter_path}`")
 
 
 def _files(store):
@@ -448,6 +460,8 @@ def vacuum(store, retention_ms: int, minimum_ms: int, published: int | None) -> 
     store.check_writable()  # VACUUM commits its start and end to the table's log
     store.spark.sql(f"VACUUM delta.`{store.path}` RETAIN {hours} HOURS")
     _vacuum_expired_keys(store, hours, side_cutoff)
+    if delta_log.is_delta_table(store.spark, store.dead_letter_path):  # compacted files
+        store.spark.sql(f"VACUUM delta.`{store.dead_letter_path}` RETAIN {hours} HOURS")
     _mark_done(store, PROP_VACUUMED_AT)
 
 

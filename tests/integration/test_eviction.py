@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from tests.support import clients, consume_all, rebuild_from_changelog, wait_until
-from ttl import commands, delta_log, eviction, schedule
+from ttl import commands, delta_log, delta_rs, eviction, schedule
 from ttl.app import App
 from ttl.changelog import topic
 from ttl.changelog.publisher import Publisher
@@ -635,3 +635,33 @@ def test_alter_leaves_an_expired_entry_expired_and_publishes_nothing_for_it(
     msgs = consume_all(kafka.bootstrap_servers, name, 3)
     assert [m.key() for m in msgs].count(b"gone") == 1  # its original put only
     assert eviction.sweep(reopened, "wall", NOW).evicted == 1
+
+
+def test_maintenance_compacts_and_vacuums_the_dead_letter_table(spark, table_path):
+    """Each batch that rejects records adds a file to the dead-letter table (tens of
+    thousands a day under steady bad input): the scheduled OPTIMIZE compacts them, rows
+    unchanged, and VACUUM runs on that table too, so the compacted files go after the
+    retention."""
+    import pyarrow as pa
+
+    store = make_store(spark, table_path)
+    for offset in range(2):  # a null key: dead-lettered
+        store.apply_records([InputRecord(None, b"v", NOW, (), 0, offset),
+                             InputRecord(b"k%d" % offset, b"v", NOW, (), 0, 10 + offset)])
+    dead = store.dead_letter_path
+
+    def files() -> int:
+        return pa.table(delta_rs.table(dead, None).get_add_actions(flatten=True)).num_rows
+
+    assert files() == 2
+    rows = sorted(r.source_offset for r in spark.read.format("delta").load(dead).collect())
+    schedule.StoreJobs(store, from_dict({
+        "store": {"name": "ev", "path": table_path, "ttl": "60s"},
+        "kafka": {"input_topic": "x", "changelog_topic": "y"},
+        "stream": {"checkpoint": "unused"}})).optimize()
+    assert files() == 1
+    assert sorted(r.source_offset for r in spark.read.format("delta").load(dead)
+                  .collect()) == rows == [0, 1]
+    eviction.vacuum(store, 7 * 86_400_000, 0, delta_log.latest_version(spark, table_path))
+    assert "VACUUM END" in [r.operation for r in spark.sql(
+        f"DESCRIBE HISTORY delta.`{dead}`").collect()]
