@@ -31,7 +31,7 @@ from ttl.lease import Lease
 from ttl.local import sample
 from ttl.names import LEASE_SUFFIX, progress_topic, sibling
 from ttl.phases import BatchPhases
-from ttl.store import DeltaStore
+from ttl.store import DeltaStore, layout
 from ttl.stream import StreamJob, take_lease
 
 log = logging.getLogger(__name__)
@@ -298,14 +298,17 @@ def restore(app: App, *, target: str | None = None, until_version: int | None = 
         _refuse_a_partial_source(conf, until_version, until_offsets, converter, source_topic)
     else:
         app.refuse_an_unsafe_target("--target", path)
-    with app.claimed(into_store) as skipped, _claimed_target(app, None if into_store else path):
+    with app.claimed(into_store) as skipped, \
+            _claimed_target(app, None if into_store else path) as target_lease:
         if skipped is not None:
             return skipped
         if into_store:
             _publish_before_restore(app)
-        result = restore_mod.restore(app.spark, conf, app.kafka, path, converter=converter,
-                                     until_version=until_version, until_offsets=until_offsets,
-                                     source_topic=source_topic)
+        result = restore_mod.restore(
+            app.spark, conf, app.kafka, path, converter=converter, until_version=until_version,
+            until_offsets=until_offsets, source_topic=source_topic,
+            before_write=None if target_lease is None else
+            (lambda: target_lease.check(app.spark, path)))
         lines = [result.summary()]
         if into_store and sweep_after:
             publisher = app.publisher()
@@ -318,20 +321,29 @@ def restore(app: App, *, target: str | None = None, until_version: int | None = 
 
 
 @contextlib.contextmanager
-def _claimed_target(app: App, target: str | None) -> Iterator[None]:
+def _claimed_target(app: App, target: str | None) -> Iterator[Lease | None]:
     """A restore's ``--target`` that is a store's table (its lease table beside it) is
-    claimed as a standalone command claims its own store: a live holder (that store's
-    stream, or a command) refuses the restore before anything is read, since the overwrite
-    would replace the rows it commits; a lapsed holder's lease is taken over (which fences
-    that store, as every taking does) and held until the restore ends."""
+    claimed as a standalone command claims its own store, and yielded (``None`` when
+    nothing is claimed): a live holder (that store's stream, or a command) refuses the
+    restore before anything is read, since the overwrite would replace the rows it
+    commits; a lapsed holder's lease is taken over (which fences that store, as every
+    taking does) and held until the restore ends, whose commits check it first. A table
+    of another store, or another TTL, is refused by its layout before anything is taken."""
     if target is None or not (delta_log.is_delta_table(app.spark, target)
                               and delta_log.is_delta_table(app.spark,
                                                            sibling(target, LEASE_SUFFIX))):
-        yield
+        yield None
         return
-    lease = Lease(app.spark, target, duration_ms=app.conf.eviction.lease,
-                  holder=f"restore:{app.conf.store.name}")
-    if not lease.acquire(wait=True):
+    conf = app.conf
+    layout.ensure_store_table(app.spark, target, conf.store.name, conf.store.ttl, create=False)
+    lease = Lease(app.spark, target, duration_ms=conf.eviction.lease,
+                  holder=f"restore:{conf.store.name}")
+    try:
+        taken = lease.acquire(wait=True)
+    except BaseException:
+        lease.release()  # the row may name us already (its fence commit failed)
+        raise
+    if not taken:
         other = lease.held_by_other()
         raise RestoreError(
             f"--target {target} is a store's table, and "
@@ -340,7 +352,7 @@ def _claimed_target(app: App, target: str | None) -> Iterator[None]:
             "stream or command) first, or restore into a new path")
     lease.start_heartbeat()
     try:
-        yield
+        yield lease
     finally:
         lease.release()
 

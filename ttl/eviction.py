@@ -17,9 +17,11 @@ batches' writes instead: docs/performance.md).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -336,26 +338,11 @@ def optimize(store, cluster_by: str = "expires_at", file_bytes: int = 128 * 2**2
             done.update(ordering.rewrite(store.spark, store.path, file_bytes,
                                          before_commit=store.check_writable))
             return
-        # A compaction rewrites only files under three quarters of the target (Delta's
-        # default bound is 1 GiB: every file of a table of 128 MiB files).
-        sizes = {OPTIMIZE_MAX_FILE_SIZE: str(file_bytes),
-                 OPTIMIZE_MIN_FILE_SIZE: str(file_bytes * 3 // 4)}
-        conf = store.spark.conf
-        before = {k: conf.get(k, None) for k in sizes}
-        for k, v in sizes.items():
-            conf.set(k, v)
         order = f" ZORDER BY ({cluster_by})" if reorder else ""
-        try:
+        with _file_sizes(store.spark, file_bytes):
             store.spark.sql(f"OPTIMIZE delta.`{store.path}`{order}")
-        finally:
-            for k, v in before.items():
-                if v is None:
-                    conf.unset(k)
-                else:
-                    conf.set(k, v)
 
     retrying(compact, what="OPTIMIZE")
-    retrying(lambda: _compact_dead_letters(store), what="OPTIMIZE of the dead letters")
     marks = {}
     if reorder:
         files = _files(store)
@@ -364,10 +351,33 @@ def optimize(store, cluster_by: str = "expires_at", file_bytes: int = 128 * 2**2
         marks[PROP_REORDERED_BY] = f"{cluster_by}:{file_bytes}"
     _mark_done(store, PROP_OPTIMIZED_AT, marks)
     store.checkpoint_later()
+    _dead_letters_kept(store, "OPTIMIZE", lambda: retrying(
+        lambda: _compact_dead_letters(store, file_bytes), what="OPTIMIZE of the dead letters"))
     return done or None
 
 
-def _compact_dead_letters(store) -> None:
+@contextlib.contextmanager
+def _file_sizes(spark, file_bytes: int) -> Iterator[None]:
+    """OPTIMIZE's file sizes while the block runs: files of at most ``file_bytes``, and
+    only files under three quarters of it rewritten (Delta's default bound is 1 GiB: every
+    file of a table of 128 MiB files, and the whole of a smaller table at every run)."""
+    sizes = {OPTIMIZE_MAX_FILE_SIZE: str(file_bytes),
+             OPTIMIZE_MIN_FILE_SIZE: str(file_bytes * 3 // 4)}
+    conf = spark.conf
+    before = {k: conf.get(k, None) for k in sizes}
+    for k, v in sizes.items():
+        conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                conf.unset(k)
+            else:
+                conf.set(k, v)
+
+
+def _compact_dead_letters(store, file_bytes: int) -> None:
     """The dead-letter table's small files, one per batch that rejected records (tens of
     thousands a day under steady bad input), compacted into few: what ``ttl dead-letters``
     and a replay read. Its rows stay (dead letters go only by an operator's hand), and
@@ -375,7 +385,18 @@ def _compact_dead_letters(store) -> None:
     if not delta_log.is_delta_table(store.spark, store.dead_letter_path):
         return
     store.check_writable()
-    store.spark.sql(f"OPTIMIZE delta.`{store.dead_letter_path}`")
+    with _file_sizes(store.spark, file_bytes):
+        store.spark.sql(f"OPTIMIZE delta.`{store.dead_letter_path}`")
+
+
+def _dead_letters_kept(store, what: str, job: Callable[[], object]) -> None:
+    """The dead-letter table's part of a maintenance job, after the store's (recorded
+    done whatever becomes of this): a failure is logged, and the next run tries again."""
+    try:
+        job()
+    except Exception as exc:  # noqa: BLE001 - the store's own maintenance is done
+        log.warning("%s of the dead-letter table %s failed (%s: %s); the next run tries "
+                    "again", what, store.dead_letter_path, type(exc).__name__, exc)
 
 
 def _files(store):
@@ -460,9 +481,14 @@ def vacuum(store, retention_ms: int, minimum_ms: int, published: int | None) -> 
     store.check_writable()  # VACUUM commits its start and end to the table's log
     store.spark.sql(f"VACUUM delta.`{store.path}` RETAIN {hours} HOURS")
     _vacuum_expired_keys(store, hours, side_cutoff)
-    if delta_log.is_delta_table(store.spark, store.dead_letter_path):  # compacted files
-        store.spark.sql(f"VACUUM delta.`{store.dead_letter_path}` RETAIN {hours} HOURS")
     _mark_done(store, PROP_VACUUMED_AT)
+
+    def vacuum_dead_letters() -> None:  # the files its OPTIMIZE compacted
+        if delta_log.is_delta_table(store.spark, store.dead_letter_path):
+            store.check_writable()
+            store.spark.sql(f"VACUUM delta.`{store.dead_letter_path}` RETAIN {hours} HOURS")
+
+    _dead_letters_kept(store, "VACUUM", vacuum_dead_letters)
 
 
 def _vacuum_expired_keys(store, hours: int, cutoff_ms: int) -> None:

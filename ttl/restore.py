@@ -159,10 +159,13 @@ def restore(spark, conf: Config, kafka: KafkaClients, target: str, *,
             converter: str = "engine",
             until_version: int | None = None, until_offsets: dict[int, int] | None = None,
             source_topic: str | None = None, check_topic: bool = True,
-            wall_ms: int | None = None, point_is_progress: bool = False) -> RestoreResult:
+            wall_ms: int | None = None, point_is_progress: bool = False,
+            before_write: Callable[[], None] | None = None) -> RestoreResult:
     """Rebuild ``target`` from the changelog in one commit; see the module docstring.
     ``point_is_progress``: ``until_version`` is the publisher's progress read just before
-    (a drill), so every record after it is newer than that read."""
+    (a drill), so every record after it is newer than that read. ``before_write`` runs
+    before each of the restore's commits to ``target`` and may refuse them by raising (a
+    claimed target's lease check)."""
     from pyspark.sql import functions as F
 
     name = source_topic or conf.kafka.changelog_topic
@@ -233,7 +236,8 @@ def restore(spark, conf: Config, kafka: KafkaClients, target: str, *,
                                               if v is not None), default=None)
                 result.move(State.WRITING)
                 try:
-                    _write(spark, conf, target, props, live_last(keyed), result, wall_ms)
+                    _write(spark, conf, target, props, live_last(keyed), result, wall_ms,
+                           before_write)
                 except Exception as exc:
                     split = split_key_error(exc)
                     if split is None:
@@ -399,7 +403,8 @@ def _has_rows(spark, path: str) -> bool:
 
 
 def _write(spark, conf: Config, target: str, props: dict[str, str], latest,
-           result: RestoreResult, wall_ms: int | None) -> None:
+           result: RestoreResult, wall_ms: int | None,
+           before_write: Callable[[], None] | None = None) -> None:
     """The one overwrite commit of the restored rows into ``target`` (created beforehand,
     ``props`` its properties then), and the marks that follow it."""
     from pyspark.sql import functions as F
@@ -414,13 +419,16 @@ def _write(spark, conf: Config, target: str, props: dict[str, str], latest,
             "end_offsets": {str(k): v for k, v in result.end_offsets.items()},
             "last_version": result.last_version, "stream_time": result.stream_time,
             "input_offsets": result.input_offsets, "records_read": result.records_read}
+    check = before_write or (lambda: None)
     with result.phases.phase("write"):
+        check()
         rows.write.format("delta").mode("overwrite").option(
             "userMetadata", commit.encode(meta)).save(target)
     with result.phases.phase("finish"):
         written = delta_log.latest_commit(spark, target)
         result.version = written.version
         result.keys_restored = written.metric("numOutputRows")  # no second pass over the rows
+        check()
         offset = _continue_versions(spark, target, props, written.version, result)
         result.changelog_version = written.version + offset
 

@@ -623,3 +623,27 @@ def test_a_restore_target_that_is_a_live_stores_table_is_refused(spark, kafka, t
     assert {bytes(r.key) for r in spark.read.format("delta").load(other.path)
             .collect()} == {b"k"}
     assert Lease(spark, other.path).acquire(), "the restore kept the target's lease"
+
+
+def test_a_restore_whose_claim_on_its_target_is_lost_commits_nothing(spark, kafka, tmp_path):
+    """The check a claimed target's restore makes before its commits (its lease's): when
+    it refuses (the lease lost while the changelog was read), the target is unchanged."""
+    from ttl.errors import LeaseLost
+
+    conf = make_conf(tmp_path, kafka, ttl="1h")
+    store = DeltaStore(spark, conf.store, wall_clock=FixedClock(NOW))
+    store.apply_records([InputRecord(b"k", b"v", NOW, (), 0, 0)])
+    publisher = Publisher(spark, conf.store.path, conf.store.name, clients(conf, kafka),
+                          conf.changelog)
+    publisher.publish()
+    publisher.close()
+    target = str(tmp_path / "copy")
+    restore(spark, conf, clients(conf, kafka), target, wall_ms=NOW)
+    before = delta_log.latest_version(spark, target)
+
+    def lost() -> None:
+        raise LeaseLost(f"the lease on {target} was lost")
+
+    with pytest.raises(LeaseLost):
+        restore(spark, conf, clients(conf, kafka), target, wall_ms=NOW, before_write=lost)
+    assert delta_log.latest_version(spark, target) == before
