@@ -27,7 +27,7 @@ from typing import Literal
 
 from ttl import commit, delta_log, delta_rs
 from ttl.delta_log import retrying
-from ttl.errors import ConfigError, VacuumRefused
+from ttl.errors import ConfigError, LeaseLost, StoreMissing, VacuumRefused
 from ttl.expiry_floor import NEVER, earliest_expiry
 from ttl.names import (
     EXPIRED_KEYS_SUFFIX,
@@ -394,6 +394,8 @@ def _dead_letters_kept(store, what: str, job: Callable[[], object]) -> None:
     done whatever becomes of this): a failure is logged, and the next run tries again."""
     try:
         job()
+    except (LeaseLost, StoreMissing):
+        raise  # the store is not ours to write any more: as any maintenance step says
     except Exception as exc:  # noqa: BLE001 - the store's own maintenance is done
         log.warning("%s of the dead-letter table %s failed (%s: %s); the next run tries "
                     "again", what, store.dead_letter_path, type(exc).__name__, exc)
