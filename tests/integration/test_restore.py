@@ -585,6 +585,18 @@ def test_a_point_in_time_restore_adopted_as_the_store_is_reseeded_before_it_publ
     assert drill.run(spark, conf, clients(conf, kafka), wall_ms=NOW).match
 
 
+def _one_key_published(spark, kafka, tmp_path):
+    """A store holding one key (``k``), published: a changelog to restore from."""
+    conf = make_conf(tmp_path, kafka, ttl="1h")
+    store = DeltaStore(spark, conf.store, wall_clock=FixedClock(NOW))
+    store.apply_records([InputRecord(b"k", b"v", NOW, (), 0, 0)])
+    publisher = Publisher(spark, conf.store.path, conf.store.name, clients(conf, kafka),
+                          conf.changelog)
+    publisher.publish()
+    publisher.close()
+    return conf
+
+
 def test_a_restore_target_that_is_a_live_stores_table_is_refused(spark, kafka, tmp_path):
     """A ``--target`` that is a live store's table (this store's, at the path a stream now
     runs on: the runbook restores into a new path and points ``store.path`` at it; another
@@ -595,13 +607,7 @@ def test_a_restore_target_that_is_a_live_stores_table_is_refused(spark, kafka, t
     from ttl.config import StoreConfig
     from ttl.lease import Lease
 
-    conf = make_conf(tmp_path, kafka, ttl="1h")
-    store = DeltaStore(spark, conf.store, wall_clock=FixedClock(NOW))
-    store.apply_records([InputRecord(b"k", b"v", NOW, (), 0, 0)])
-    publisher = Publisher(spark, conf.store.path, conf.store.name, clients(conf, kafka),
-                          conf.changelog)
-    publisher.publish()
-    publisher.close()
+    conf = _one_key_published(spark, kafka, tmp_path)
     other = StoreConfig(name=conf.store.name, path=str(tmp_path / "moved"), ttl=3_600_000)
     DeltaStore(spark, other, wall_clock=FixedClock(NOW)).apply_records(
         [InputRecord(b"theirs", b"v", NOW, (), 0, 0)])
@@ -630,13 +636,7 @@ def test_a_restore_whose_claim_on_its_target_is_lost_commits_nothing(spark, kafk
     it refuses (the lease lost while the changelog was read), the target is unchanged."""
     from ttl.errors import LeaseLost
 
-    conf = make_conf(tmp_path, kafka, ttl="1h")
-    store = DeltaStore(spark, conf.store, wall_clock=FixedClock(NOW))
-    store.apply_records([InputRecord(b"k", b"v", NOW, (), 0, 0)])
-    publisher = Publisher(spark, conf.store.path, conf.store.name, clients(conf, kafka),
-                          conf.changelog)
-    publisher.publish()
-    publisher.close()
+    conf = _one_key_published(spark, kafka, tmp_path)
     target = str(tmp_path / "copy")
     restore(spark, conf, clients(conf, kafka), target, wall_ms=NOW)
     before = delta_log.latest_version(spark, target)

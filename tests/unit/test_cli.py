@@ -79,6 +79,8 @@ from pathlib import Path
 from ttl.cli import _exit
 out = Path(sys.argv[1])
 atexit.register(lambda: out.with_suffix(".atexit").write_text("ran"))
+# still working when the exit starts (the thing under test, not a wait): the exit
+# must join it
 late = lambda: (time.sleep(0.3), out.with_suffix(".thread").write_text("done"))
 threading.Thread(target=late).start()
 from concurrent.futures import ThreadPoolExecutor
