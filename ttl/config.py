@@ -261,10 +261,27 @@ class MaintenanceConfig(_Section):
     vacuum_retention: DurationMs = 7 * 86_400_000
     publisher_max_lag: DurationMs = 3_600_000
     drill_window: DurationMs = 86_400_000
+    #: How often the log's commits older than ``log_retention`` are removed (``None``:
+    #: never; Delta's own clean-up after ``delta.logRetentionDuration``, 30 days, stays):
+    #: every snapshot update lists the log, and off S3 that costs in proportion to the
+    #: commits it keeps (docs/operations.md, "Cleaning up the log").
+    log_cleanup_interval: DurationMs | None = 3_600_000
+    #: How long commits stay in the log; never before the publisher has published them.
+    log_retention: DurationMs = 2 * 86_400_000
 
     @property
     def minimum_retention(self) -> int:
         return self.publisher_max_lag + self.drill_window
+
+    @model_validator(mode="after")
+    def _log_outlives_publication_and_drills(self) -> MaintenanceConfig:
+        if self.log_retention < self.minimum_retention:
+            raise ValueError(
+                f"maintenance.log_retention ({self.log_retention} ms) is shorter than "
+                f"maintenance.publisher_max_lag + maintenance.drill_window "
+                f"({self.minimum_retention} ms): the clean-up would remove commits the "
+                "publisher or a drill's time travel still needs")
+        return self
 
 
 def _records_or_auto(value: Any) -> Any:

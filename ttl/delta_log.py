@@ -22,8 +22,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from ttl import commit
+from ttl import commit, input_position
 from ttl.clock import recovered_stream_time, stream_time_floor
+from ttl.names import OP_RESTORE, PROP_INPUT_POSITION, PROP_STREAM_TIME_THROUGH
 
 log = logging.getLogger(__name__)
 
@@ -215,6 +216,38 @@ def checkpoint_if_due(spark, path: str) -> int | None:
     return version
 
 
+def commit_file_mtime_ms(spark, path: str, version: int) -> int | None:
+    """When ``version``'s commit file was last written (epoch ms; ``None``: the log no
+    longer holds it): the time Delta's clean-up of the log judges a file's age by."""
+    jvm = spark.sparkContext._jvm
+    log_ = _jvm_log(spark, path)
+    file = jvm.org.apache.spark.sql.delta.util.FileNames.unsafeDeltaFile(
+        log_.logPath(), int(version))
+    fs = file.getFileSystem(log_.newDeltaHadoopConf())
+    try:
+        return int(fs.getFileStatus(file).getModificationTime())
+    except Exception as exc:  # noqa: BLE001 - py4j wraps FileNotFoundException
+        if "FileNotFoundException" in str(exc):
+            return None
+        raise
+
+
+def clean_up_log(spark, path: str, retention_ms: int) -> None:
+    """Delta's clean-up of the log (``MetadataCleanup.cleanUpExpiredLogs``, what it runs
+    after a checkpoint with ``delta.logRetentionDuration``) with ``retention_ms``: the
+    commit, checksum and checkpoint files written more than that long ago (the cut-off
+    rounded down to the hour) and before a checkpoint that stays, so every version from
+    that checkpoint on can still be read. Delta's code, not ours: it knows every kind of
+    file a log holds (sidecars, compatibility checkpoints, unbackfilled commits)."""
+    jvm = spark.sparkContext._jvm
+    hour = jvm.org.apache.spark.sql.delta.TruncationGranularity.HOUR()
+    # Option[Long] of a boxed Long: py4j would pass a small int as an Integer
+    retention = jvm.scala.jdk.javaapi.OptionConverters.toScala(
+        jvm.java.util.OptionalLong.of(int(retention_ms)))
+    _jvm_log(spark, path).cleanUpExpiredLogs(
+        _updated(spark, path), jvm.scala.Option.empty(), retention, hour)
+
+
 def commit_info(spark, path: str, version: int) -> Commit | None:
     """One commit read straight from its log file (no Spark job); ``None`` if the log no
     longer holds it (cleaned up after the log retention)."""
@@ -315,26 +348,31 @@ def newest_commits(spark, path: str, latest: int | None = None) -> Iterator[Comm
 
 
 def _newest_first(spark, path: str, wanted: Callable[[dict | None], bool], cond,
-                  limit: int) -> Iterator[Commit]:
-    """Up to ``limit`` commits ``wanted`` (``cond`` in Spark), newest first.
+                  limit: int, *, after: int = -1, latest: int | None = None
+                  ) -> Iterator[Commit]:
+    """Up to ``limit`` commits ``wanted`` (``cond`` in Spark) after version ``after``,
+    newest first, from ``latest`` (default the table's version).
 
     The newest ``DIRECT_READS`` commit files are read one by one (no Spark job: a cost
     that does not grow with the log), and only a caller that reads on past them gets one
     history scan of the older ones."""
     from pyspark.sql import functions as F
 
-    latest = latest_version(spark, path)
+    latest = latest_version(spark, path) if latest is None else latest
     given = 0
     oldest = max(-1, latest - DIRECT_READS)
     for found in newest_commits(spark, path, latest):
+        if found.version <= after:
+            return
         if wanted(found.metadata):
             yield found
             given += 1
             if given >= limit:
                 return
-    if oldest < 0:
+    if oldest <= after:
         return
-    for row in (_history(spark, path).where(cond & (F.col("version") <= oldest))
+    for row in (_history(spark, path)
+                .where(cond & (F.col("version") <= oldest) & (F.col("version") > after))
                 .orderBy(F.col("version").desc()).limit(limit - given).collect()):
         yield _commit(row)
 
@@ -346,11 +384,36 @@ def last_engine_commit(spark, path: str, *, op: str | None = None,
 
 
 def engine_commits_having(spark, path: str, having: str, *, or_op: str | None = None,
-                          limit: int = 1000) -> Iterator[Commit]:
+                          limit: int = 1000, after: int = -1,
+                          latest: int | None = None) -> Iterator[Commit]:
     """The latest ``limit`` engine commits still in the log with a non-empty metadata key
-    ``having`` (or with op ``or_op``), newest first: a start-up read, whose caller
-    usually stops at the first (a batch records the whole input position)."""
-    return _newest_first(spark, path, *_meta_filter(None, having, or_op), limit=limit)
+    ``having`` (or with op ``or_op``), after version ``after`` and up to ``latest``, newest
+    first: a start-up read, whose caller usually stops at the first (a batch records the
+    whole input position)."""
+    return _newest_first(spark, path, *_meta_filter(None, having, or_op), limit=limit,
+                         after=after, latest=latest)
+
+
+def recorded_position(spark, path: str, props: dict[str, str] | None = None,
+                      latest: int | None = None) -> input_position.Recorded:
+    """The input position the table holds at ``latest`` (default its version), by
+    ``input_position.recorded``'s rule: the engine commits after the version its floor
+    covers (``names.PROP_INPUT_POSITION``, written with the stream-time floor), then the
+    floor; every commit still in the log when the table has no floor (made before it was
+    kept, or copied from another table's log: a version past ``latest``)."""
+    props = properties(spark, path) if props is None else props
+    latest = latest_version(spark, path) if latest is None else latest
+    floor = input_position.from_property(props.get(PROP_INPUT_POSITION))
+    through = props.get(PROP_STREAM_TIME_THROUGH)
+    after = int(through) if floor is not None and through and through.isdigit() else -1
+    if after > latest:
+        floor, after = None, -1
+    elif after < 0:
+        floor = None
+    commits = engine_commits_having(spark, path, "input_offsets", or_op=OP_RESTORE,
+                                    after=after, latest=latest)
+    return input_position.recorded((c.metadata or {} for c in commits),
+                                   lambda: commit_at(spark, path, 0) is not None, floor)
 
 
 def find_commit(spark, path: str, *, op: str, key: str, value: str,

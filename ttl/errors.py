@@ -97,6 +97,14 @@ class VacuumRefused(TtlError):
               "the next scheduled VACUUM runs once the lag is below the retention.")
 
 
+class LogCleanupRefused(TtlError):
+    """A clean-up of the store's log would remove commits the publisher has not published
+    yet (or its position is unknown); it was skipped, nothing changed."""
+
+    action = ("find why publication lags (`ttl status`: changelog lag) and let it catch up; "
+              "the log is cleaned up at the next run after it has.")
+
+
 class ReseedRequired(TtlError):
     """The table was restored from a point in time or another topic: its changes cannot
     continue the store's changelog one by one (the changelog still holds what the restore

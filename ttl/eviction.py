@@ -27,7 +27,7 @@ from typing import Literal
 
 from ttl import commit, delta_log, delta_rs
 from ttl.delta_log import retrying
-from ttl.errors import ConfigError, LeaseLost, StoreMissing, VacuumRefused
+from ttl.errors import ConfigError, LeaseLost, LogCleanupRefused, StoreMissing, VacuumRefused
 from ttl.expiry_floor import NEVER, earliest_expiry
 from ttl.names import (
     EXPIRED_KEYS_SUFFIX,
@@ -491,6 +491,35 @@ def vacuum(store, retention_ms: int, minimum_ms: int, published: int | None) -> 
             store.spark.sql(f"VACUUM delta.`{store.dead_letter_path}` RETAIN {hours} HOURS")
 
     _dead_letters_kept(store, "VACUUM", vacuum_dead_letters)
+
+
+def clean_log(store, retention_ms: int, published: int | None) -> None:
+    """Remove the log's commits older than ``retention_ms`` (``delta_log.clean_up_log``),
+    never one the publisher has not published (its measured position ``published``, the
+    last table version on the changelog; ``None``: unknown) nor the input position and
+    stream time the removed commits recorded: the store's floor is raised to the table's
+    version first (``DeltaStore.raise_stream_time_floor``), so a start-up finds them in the
+    table's properties. A drill's time travel to the published version needs that version
+    and a checkpoint before it, so the published version itself must be younger than the
+    retention (``VACUUM_SLACK_MS`` of it to spare). Off S3 every snapshot update lists the
+    whole log: this keeps its length to the retention's commits."""
+    latest = delta_log.latest_version(store.spark, store.path)
+    if published is None:
+        raise LogCleanupRefused(f"clean-up of the log of {store.path} skipped: the "
+                                "publisher's position is unknown (no reachable changelog "
+                                "brokers), so it could remove commits not yet published")
+    if published < latest:
+        written = delta_log.commit_file_mtime_ms(store.spark, store.path, max(published, 0))
+        age_ms = None if written is None else store.wall_clock.now_ms() - written
+        if age_ms is None or age_ms >= retention_ms - VACUUM_SLACK_MS:
+            age = "gone" if age_ms is None else f"written {age_ms / 3_600_000:.1f} h ago"
+            raise LogCleanupRefused(
+                f"clean-up of the log of {store.path} skipped: the changelog has the table "
+                f"up to version {published} ({age}), and a retention of "
+                f"{retention_ms / 3_600_000:.1f} h could remove it and the commits after it")
+    store.raise_stream_time_floor(latest, now=True)
+    store.check_writable()
+    delta_log.clean_up_log(store.spark, store.path, retention_ms)
 
 
 def _vacuum_expired_keys(store, hours: int, cutoff_ms: int) -> None:

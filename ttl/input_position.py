@@ -19,6 +19,7 @@ except that:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -62,16 +63,21 @@ class Recorded:
     unknown: bool
 
 
-def recorded(metadata: Iterable[dict], log_from_zero: Callable[[], bool]) -> Recorded:
+def recorded(metadata: Iterable[dict], log_from_zero: Callable[[], bool],
+             floor: Recorded | None = None) -> Recorded:
     """The position the newest commits record: per partition the newest ``input_offsets``
     naming it, back to the last whole position (a restore's, a skip's, a batch's that
     recorded every partition). ``metadata``: the engine commits that record a position or
     are restores, newest first; ``log_from_zero``: whether the log still holds version 0
     (asked only when no commit records a position: a new table, not one whose batch
-    commits aged out)."""
+    commits aged out). ``floor``: what the commits up to the version the table's floor
+    covers recorded (``to_property``), read in place of those commits: ``metadata`` then
+    holds only the commits after that version, and the floor is the oldest whole position
+    (the log's clean-up may have removed the commits it was read from)."""
     position: dict[str, int] = {}
-    last_batch, unknown = None, False
+    last_batch, unknown, seen = None, False, False
     for i, meta in enumerate(metadata):
+        seen = True
         if i == 0 and meta.get("query_id") is not None and meta.get("batch_id") is not None:
             last_batch = (str(meta["query_id"]), int(meta["batch_id"]))
         if i == 0 and meta.get("op") == OP_RESTORE and not meta.get("input_offsets"):
@@ -81,10 +87,38 @@ def recorded(metadata: Iterable[dict], log_from_zero: Callable[[], bool]) -> Rec
         if meta.get("op") in (OP_RESTORE, OP_INPUT_SKIPPED) or meta.get("whole_position"):
             break
     else:
-        # A checkpoint with batches on a table that never recorded a position was another
-        # table's, and says nothing of what this one holds.
-        unknown = not position and log_from_zero()
+        if floor is not None:
+            for p, o in floor.position.items():
+                position.setdefault(p, o)
+            if not seen:
+                last_batch, unknown = floor.last_batch, floor.unknown
+        else:
+            # A checkpoint with batches on a table that never recorded a position was
+            # another table's, and says nothing of what this one holds.
+            unknown = not position and log_from_zero()
     return Recorded(position, last_batch, unknown)
+
+
+def to_property(found: Recorded) -> str:
+    """``found`` as the table property that keeps it past the log's clean-up."""
+    return json.dumps({"position": found.position,
+                       "last_batch": list(found.last_batch) if found.last_batch else None,
+                       "unknown": found.unknown}, sort_keys=True, separators=(",", ":"))
+
+
+def from_property(raw: str | None) -> Recorded | None:
+    """The position ``to_property`` wrote, or ``None`` for none (or one this engine cannot
+    read, which then counts as absent: the commits are read as before)."""
+    if not raw:
+        return None
+    try:
+        doc = json.loads(raw)
+        batch = doc.get("last_batch")
+        return Recorded({str(p): int(o) for p, o in (doc.get("position") or {}).items()},
+                        (str(batch[0]), int(batch[1])) if batch else None,
+                        bool(doc.get("unknown")))
+    except (ValueError, TypeError, AttributeError, IndexError):
+        return None
 
 
 def regressed(starts: dict[str, int], ends: dict[str, int], position: dict[str, int],

@@ -33,6 +33,9 @@ PROP_STREAM_TIME_FLOOR = "ttl.stream_time.floor"  # outlives the log's retention
 # The version up to which the floor is at least every commit's stream time: stream time is
 # recovered from the floor and the commits after it, never from the whole log.
 PROP_STREAM_TIME_THROUGH = "ttl.stream_time.floor_through"
+# The input position the commits up to that version record (JSON, ``ttl.input_position``):
+# written with the floor, so a clean-up of the log that removes those commits keeps it.
+PROP_INPUT_POSITION = "ttl.input_position.floor"
 PROP_CHANGELOG_PARTITIONS = "ttl.changelog.partitions"  # a change would move keys
 PROP_UPGRADE_FROM = "ttl.upgrade.from_version"  # the rollback point of an in-place upgrade
 PROP_LAST_NOOP_BATCH = "ttl.last_noop_batch.wall"  # the commit of a batch that changed no row

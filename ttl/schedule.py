@@ -79,6 +79,10 @@ class StoreJobs:
                 result = action()
                 if self.publish is not None:
                     self.publish()
+                # Now and then (a daemon's sweeps may be the only commits for weeks): the
+                # input position and stream time then outlive the batches' commits.
+                self.store.raise_stream_time_floor(
+                    delta_log.latest_version(self.store.spark, self.store.path))
                 return result
             except (StoreMissing, ChangelogMismatch) as exc:
                 log.error("%s failed: %s", what, exc)
@@ -120,6 +124,17 @@ class StoreJobs:
                             self.published() if self.published is not None else None)
 
         self._guarded("vacuum", publish_then_vacuum)
+
+    def clean_log(self) -> None:
+        m = self.conf.maintenance
+
+        def publish_then_clean() -> None:
+            if self.publish is not None:
+                self.publish()  # as VACUUM: the lag measured is then real
+            eviction.clean_log(self.store, m.log_retention,
+                               self.published() if self.published is not None else None)
+
+        self._guarded("log clean-up", publish_then_clean)
 
 
 def _seconds(ms: int) -> float:
@@ -173,6 +188,10 @@ def build(conf: Config, jobs: StoreJobs, *, blocking: bool, extra: dict | None =
             scheduler.add_job(job, IntervalTrigger(seconds=_seconds(interval)),
                               id=name.lower(), name=name, misfire_grace_time=None,
                               **({"next_run_time": first} if first is not None else {}))
+    if m.log_cleanup_interval:  # cheap and idempotent: no record of its last run
+        scheduler.add_job(jobs.clean_log, IntervalTrigger(seconds=_seconds(
+            m.log_cleanup_interval)), id="log-cleanup", name="log clean-up",
+            misfire_grace_time=None)
     for name, (func, trigger) in (extra or {}).items():
         scheduler.add_job(func, trigger, id=name, name=name)
     return scheduler

@@ -51,7 +51,6 @@ from ttl.metrics import Metrics
 from ttl.names import (
     BATCH_LOGGER,
     OP_INPUT_SKIPPED,
-    OP_RESTORE,
     PROP_INPUT_SKIPPED,
     batch_txn_app_id,
     query_name,
@@ -420,15 +419,13 @@ class StreamJob:
         return writer.start()
 
     def _recorded_position(self) -> dict[str, int]:
-        """The input position the table records: per partition, the newest commit's
-        ``input_offsets`` that names it, back to the last whole position (a restore's or a
-        skip's). Batches record the whole position, so the newest commit usually gives
-        every partition; a table written before that still gives every partition its older
-        batches read (``{}`` for a table no batch has written)."""
-        found = input_position.recorded(
-            ((c.metadata or {}) for c in delta_log.engine_commits_having(
-                self.spark, self.store.path, "input_offsets", or_op=OP_RESTORE)),
-            lambda: delta_log.commit_at(self.spark, self.store.path, 0) is not None)
+        """The input position the table records (``delta_log.recorded_position``): per
+        partition, the newest commit's ``input_offsets`` that names it, back to the last
+        whole position (a restore's or a skip's, or the floor's). Batches record the whole
+        position, so the newest commit usually gives every partition; a table written
+        before that still gives every partition its older batches read (``{}`` for a table
+        no batch has written)."""
+        found = delta_log.recorded_position(self.spark, self.store.path)
         self.last_batch, self.position_unknown = found.last_batch, found.unknown
         return found.position
 

@@ -149,3 +149,71 @@ def test_stream_time_is_recovered_from_the_floor_and_the_commits_after_it(
     reopened.raise_stream_time_floor(delta_log.latest_version(spark, table_path))
     assert stream_time_floor(delta_log.properties(spark, table_path))[0] == NOW + 9_000
     assert make_store(spark, table_path, ttl=1_000).stream_time.value == NOW + 9_000
+
+
+def _age_log(path: str, seconds: float) -> None:
+    """Every file of the table's log as if written ``seconds`` ago, a version a second
+    (Delta's clean-up judges a file's age by its modification time, and takes a file no
+    newer than the version before it for a clock's skew)."""
+    import os
+    import time
+
+    log_dir = os.path.join(path, "_delta_log")
+    then = time.time() - seconds
+    for name in os.listdir(log_dir):
+        at = then + (int(name[:20]) if name[:20].isdigit() else 0)
+        os.utime(os.path.join(log_dir, name), (at, at))
+
+
+def test_the_log_clean_up_keeps_the_input_position_and_stream_time_and_waits_for_publication(
+        spark, table_path, monkeypatch):
+    """The scheduled clean-up removes commits older than its retention, never unpublished
+    ones, and a start-up after it still finds the input position (with the batch a replay
+    may repeat) and the stream time those commits recorded, without reading the history."""
+    import os
+    import time
+
+    from ttl import schedule
+    from ttl.errors import LogCleanupRefused
+    from ttl.input_position import Recorded
+
+    now = int(time.time() * 1000)
+    store = make_store(spark, table_path, ttl=10 * 86_400_000, wall=FixedClock(now))
+    for i in range(4):
+        store.apply_records(recs((b"k%d" % i, b"v", now + i)), metadata={
+            "input_offsets": {"0": 10 + i, "1": 20 + i}, "whole_position": True,
+            "query_id": "q", "batch_id": i})
+    store.apply_records(recs((b"late", b"v", now - 5_000)))  # no position, older time
+    delta_log._jvm_log(spark, table_path).checkpoint()
+    checkpointed = delta_log.latest_version(spark, table_path)
+    _age_log(table_path, 3 * 3_600)
+    conf = from_dict({"store": {"name": "ev", "path": table_path},
+                      "kafka": {"input_topic": "i", "changelog_topic": "c"},
+                      "stream": {"checkpoint": "unused"},
+                      "maintenance": {"log_retention": "2h", "publisher_max_lag": "30m",
+                                      "drill_window": "1h"}})
+    published: list[int | None] = [None]
+    jobs = schedule.StoreJobs(store, conf, published=lambda: published[0])
+    with pytest.raises(LogCleanupRefused, match="unknown"):
+        eviction.clean_log(store, conf.maintenance.log_retention, None)
+    published[0] = 1  # the changelog has version 1, written 3 h ago: still needed
+    with pytest.raises(LogCleanupRefused, match="version 1"):
+        eviction.clean_log(store, conf.maintenance.log_retention, published[0])
+    assert delta_log.commit_at(spark, table_path, 0) is not None
+    published[0] = checkpointed  # all published: the scheduled job cleans
+    jobs.clean_log()
+    assert delta_log.commit_info(spark, table_path, 0) is None  # removed
+    assert delta_log.commit_info(spark, table_path, checkpointed) is not None  # its checkpoint's
+    assert not os.path.exists(os.path.join(table_path, "_delta_log", f"{0:020d}.json"))
+    # what the removed commits recorded, from the floor written first; no history read
+    monkeypatch.setattr(delta_log, "_history", lambda *a, **k: pytest.fail("whole log read"))
+    assert delta_log.recorded_position(spark, table_path) == Recorded(
+        {"0": 13, "1": 23}, ("q", 3), False)
+    reopened = make_store(spark, table_path, ttl=10 * 86_400_000, wall=FixedClock(now))
+    assert reopened.stream_time.value == now + 3
+    assert reopened.entries(at=now).keys() >= {b"k0", b"k3", b"late"}
+    # a batch after it: its position comes first, the floor's fills in the rest
+    reopened.apply_records(recs((b"k9", b"v", now + 9)), metadata={
+        "input_offsets": {"0": 30}, "query_id": "q", "batch_id": 9})
+    assert delta_log.recorded_position(spark, table_path) == Recorded(
+        {"0": 30, "1": 23}, ("q", 9), False)

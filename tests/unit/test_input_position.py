@@ -60,6 +60,28 @@ def test_a_restore_without_a_position_or_a_new_table_holds_input_unknown():
     assert not recorded([], lambda: False).unknown  # old batch commits aged out of the log
 
 
+def test_the_floor_stands_for_the_commits_it_covers():
+    from ttl.input_position import Recorded, from_property, recorded, to_property
+
+    floor = from_property(to_property(Recorded({"0": 5, "1": 3}, ("q", 7), False)))
+    assert floor == Recorded({"0": 5, "1": 3}, ("q", 7), False)
+    # no commit after the floor's version: the floor is all, its last batch included (a
+    # replay of that batch after a crash passes)
+    assert recorded([], lambda: 1 / 0, floor) == floor
+    # commits after it come first, and the floor fills the partitions they do not name
+    found = recorded([_batch(0, offsets={"0": 9}, batch=8)], lambda: 1 / 0, floor)
+    assert found == Recorded({"0": 9, "1": 3}, ("q", 8), False)
+    # a whole position after the floor ends the read before it
+    whole = recorded([_batch(0, offsets={"0": 9}, whole=True, batch=8)], lambda: 1 / 0, floor)
+    assert whole.position == {"0": 9}
+    # a restore without a position after it: unknown, whatever the floor says
+    assert recorded([{"op": "restore"}], lambda: 1 / 0, floor).unknown
+    unknown = from_property(to_property(Recorded({}, None, True)))
+    assert recorded([], lambda: 1 / 0, unknown).unknown
+    for unreadable in (None, "", "{", "[1]", '{"position": {"0": "x"}}'):
+        assert from_property(unreadable) is None
+
+
 def test_a_batch_behind_the_table_is_refused_unless_it_replays_the_recording_batch():
     from ttl.input_position import regressed
 

@@ -420,15 +420,12 @@ class Publisher:
         result = PublishResult(published_version=self.progress.version,
                                table_version=latest + self.offset)
         try:
-            position = delta_log.last_engine_commit(self.spark, self.path,
-                                                    having="input_offsets")
+            position = delta_log.recorded_position(self.spark, self.path, latest=latest)
             self._carry({"stream_time": delta_log.stream_time(self.spark, self.path)})
             # The position this table holds, not one merged with the progress's: after a
             # restore from a point in time the progress's position is the old table's,
             # past what this one holds (none recorded: the position is unknown).
-            self.progress.input_offsets = dict(
-                (position.metadata or {}).get("input_offsets") or {}
-                if position is not None else {})
+            self.progress.input_offsets = dict(position.position)
             if self.from_executors:
                 self._publish_range(latest, latest, result, rows=rows)
             else:

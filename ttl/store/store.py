@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 
-from ttl import delta_log, delta_rs
+from ttl import delta_log, delta_rs, input_position
 from ttl.arrow import arrow_batches
 from ttl.clock import (
     Clock,
@@ -33,6 +33,7 @@ from ttl.names import (
     HEADER_TS,
     HEADER_TTL,
     OP_BATCH,
+    PROP_INPUT_POSITION,
     PROP_STREAM_TIME_FLOOR,
     PROP_STREAM_TIME_THROUGH,
     PROP_TTL,
@@ -158,18 +159,23 @@ class DeltaStore:
         after the version the floor covers)."""
         return delta_log.stream_time(self.spark, self.path, self.properties)
 
-    def raise_stream_time_floor(self, version: int) -> None:
-        """Keep the stream-time floor close behind the table's version (after a commit at
-        ``version``), so that recovering stream time reads a bounded number of commits:
+    def raise_stream_time_floor(self, version: int, *, now: bool = False) -> None:
+        """Keep the stream-time floor and the input position beside it close behind the
+        table's version (after a commit at ``version``), so that recovering them reads a
+        bounded number of commits and a clean-up of the log's older commits loses neither:
         once ``FLOOR_EVERY`` versions are past the one the table's floor covers (a table
         without one: at version ``FLOOR_EVERY - 1``), or ``FLOOR_EVERY_S`` seconds after
-        the store opened or last raised it, whichever comes first: never on a new table's
-        first batches, whose start-up reads few commits anyway. The floor is computed from
-        the log (the old floor and the commits after it), never from this process's own stream
-        time, so a writer with a stale one cannot lower it; the two properties go in one
-        metadata commit, made in the batch thread (never beside a batch's write)."""
+        the store opened or last raised it, whichever comes first (``now``: at once, if any
+        version is past it): never on a new table's first batches, whose start-up reads few
+        commits anyway. Both are computed from the log (the old floor and the commits after
+        it), never from this process's own state, so a writer with a stale one cannot lower
+        them; the properties go in one metadata commit, made in the batch thread (never
+        beside a batch's write) or under the store's lock."""
         last = self._floor_raised
-        if (version - last[0] < FLOOR_EVERY
+        if now:
+            if version <= last[0]:
+                return
+        elif (version - last[0] < FLOOR_EVERY
                 and time.monotonic() - last[1] < FLOOR_EVERY_S):
             return
         try:
@@ -177,15 +183,20 @@ class DeltaStore:
             self.properties = delta_log.properties(self.spark, self.path)
             through = delta_log.latest_version(self.spark, self.path)
             value = self.recover_stream_time()
+            found = delta_log.recorded_position(self.spark, self.path, self.properties,
+                                                latest=through)
+            props = {PROP_STREAM_TIME_THROUGH: str(through),
+                     PROP_INPUT_POSITION: input_position.to_property(found)}
             if value is not None:
-                delta_log.retrying(lambda: layout.set_properties(self.spark, self.path, {
-                    PROP_STREAM_TIME_FLOOR: str(value),
-                    PROP_STREAM_TIME_THROUGH: str(through)}),
-                    what=f"the stream-time floor of {self.conf.name}")
-                # no row changed: the sweeps' bound on the earliest expiry still holds
-                self.expiry_floor.after_metadata(
-                    through, delta_log.latest_version(self.spark, self.path))
+                props[PROP_STREAM_TIME_FLOOR] = str(value)
+            delta_log.retrying(lambda: layout.set_properties(self.spark, self.path, props),
+                               what=f"the stream-time floor of {self.conf.name}")
+            # no row changed: the sweeps' bound on the earliest expiry still holds
+            self.expiry_floor.after_metadata(
+                through, delta_log.latest_version(self.spark, self.path))
         except Exception as exc:  # noqa: BLE001 - the batch is committed; the next retries
+            if now:
+                raise
             log.warning("raising the stream-time floor of %s failed (%s: %s); the next "
                         "batch tries again", self.conf.name, type(exc).__name__, exc)
             return
