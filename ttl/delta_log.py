@@ -371,10 +371,27 @@ def _newest_first(spark, path: str, wanted: Callable[[dict | None], bool], cond,
                 return
     if oldest <= after:
         return
-    for row in (_history(spark, path)
-                .where(cond & (F.col("version") <= oldest) & (F.col("version") > after))
+    for row in (_history_after(spark, path, after, latest)
+                .where(cond & (F.col("version") <= oldest))
                 .orderBy(F.col("version").desc()).limit(limit - given).collect()):
         yield _commit(row)
+
+
+def _history_after(spark, path: str, after: int, latest: int):
+    """The history of the commits after version ``after`` (every commit still in the log
+    for -1), read up to ``latest``: ``history(n)`` reads only the newest n commit files, and
+    is the newest n when it runs, so commits that landed since ``latest`` was read would
+    push the oldest wanted ones out: some more are read, and the whole log if even that
+    did not reach back to ``after``."""
+    from pyspark.sql import functions as F
+
+    if after < 0:
+        return _history(spark, path)
+    history = _history(spark, path, latest - after + DIRECT_READS)
+    oldest = history.select(F.min("version")).first()[0]
+    if oldest is not None and oldest > after + 1:
+        history = _history(spark, path)
+    return history.where(F.col("version") > after)
 
 
 def last_engine_commit(spark, path: str, *, op: str | None = None,
@@ -456,14 +473,7 @@ def max_stream_time(spark, path: str, after: int | None = None) -> int | None:
             times = [(c.metadata or {}).get("stream_time") for c in found if c is not None]
             times = [int(t) for t in times if t is not None]
             return max(times) if times else None
-        # history(n) is the newest n commits when it runs: commits that landed since
-        # ``latest`` was read would push the oldest wanted ones out, so read some more,
-        # and the whole log if even that did not reach back to ``after``.
-        history = _history(spark, path, latest - after + DIRECT_READS)
-        oldest = history.select(F.min("version")).first()[0]
-        if oldest is not None and oldest > after + 1:
-            history = _history(spark, path)
-        history = history.where(F.col("version") > after)
+        history = _history_after(spark, path, after, latest)
     else:
         history = _history(spark, path)
     return (history.where(_meta("ttl") == "1")

@@ -31,7 +31,9 @@ For each size N, one table at a time (built, measured, removed):
 Then every figure's ratio to the first size's, from the same run. With ``--commits``,
 start-up against the log's length instead: a store whose log holds that many engine
 commits, opened with its stream-time floor 50 commits behind, beside the whole-history read
-a start-up used to make. A 100M-key table takes about 3 GB of disk (in ``--dir``) and
+a start-up used to make; with ``--clean-up`` as well, the scheduled clean-up of that log
+(a 2-day retention, the log's commits written 3 days ago but the newest) and the same
+figures after it. A 100M-key table takes about 3 GB of disk (in ``--dir``) and
 3 minutes to build on an idle 2-core machine, the whole 100M run about 6 minutes; 10M,
 0.3 GB and 20 s.
 """
@@ -264,14 +266,70 @@ def log_growth(spark, commits: int, args) -> dict[str, float]:
             delta_log.latest_version(spark, path)
             updates.append(time.monotonic() - started)
         out["snapshot_update_s"] = statistics.median(updates)
+        out["delta_rs_open_s"] = _delta_rs_open_s(path)
         batch = _timed_batches(spark, opened, 1_000, 20, args.batches, 1_000, new=True)
         out["new20_commit_s"] = batch["commit_s"]
         opened.quiesce()  # a checkpoint under way would fail as the directory goes
         assert opened.stream_time.value == whole, (opened.stream_time.value, whole)
         assert position is not None
+        if args.clean_up:
+            out.update(_cleaned(spark, opened, conf, args))
         return out
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _delta_rs_open_s(path: str) -> float:
+    """The median of 5 delta-rs opens of the table (the lookup's, `status`'s)."""
+    from deltalake import DeltaTable
+
+    times = []
+    for _ in range(5):
+        started = time.monotonic()
+        DeltaTable(path)
+        times.append(time.monotonic() - started)
+    return statistics.median(times)
+
+
+def _cleaned(spark, store, conf: StoreConfig, args) -> dict[str, float]:
+    """The scheduled clean-up of the log (``eviction.clean_log``, everything published)
+    once every commit but the last hour's is past a 2-day retention; then the same
+    start-up and batch figures on what it leaves."""
+    import os
+
+    from ttl import delta_log, eviction
+
+    path = conf.path
+    log_dir = Path(path) / "_delta_log"
+    then = time.time() - 3 * 86_400
+    for name in os.listdir(log_dir):  # a version a ms: a log written in order
+        at = then + (int(name[:20]) / 1000 if name[:20].isdigit() else 0)
+        os.utime(log_dir / name, (at, at))
+    _engine_commits(path, delta_log.latest_version(spark, path) + 1, 10, NOW)  # the last hour
+    delta_log.checkpoint_if_due(spark, path)
+    store.quiesce()
+    latest = delta_log.latest_version(spark, path)
+    files = len(os.listdir(log_dir))
+    started = time.monotonic()
+    eviction.clean_log(store, 2 * 86_400_000, latest)
+    out = {"clean_up_s": time.monotonic() - started,
+           "log_files_before": float(files), "log_files_after": float(len(os.listdir(log_dir)))}
+    started = time.monotonic()
+    opened = DeltaStore(spark, conf, wall_clock=FixedClock(NOW))
+    out["open_after_s"] = time.monotonic() - started
+    updates = []
+    for _ in range(5):
+        started = time.monotonic()
+        delta_log.latest_version(spark, path)
+        updates.append(time.monotonic() - started)
+    out["snapshot_update_after_s"] = statistics.median(updates)
+    out["delta_rs_open_after_s"] = _delta_rs_open_s(path)
+    position = delta_log.recorded_position(spark, path).position
+    batch = _timed_batches(spark, opened, 1_000, 20, args.batches, 2_000, new=True)
+    out["new20_commit_after_s"] = batch["commit_s"]
+    opened.quiesce()
+    assert position, "the input position was lost with the commits"
+    return out
 
 
 def main() -> None:
@@ -289,6 +347,10 @@ def main() -> None:
     parser.add_argument("--commits", default="",
                         help="Comma-separated log lengths: measure start-up against them "
                              "instead of table sizes (e.g. 1000,10000,100000).")
+    parser.add_argument("--clean-up", action="store_true",
+                        help="With --commits: then run the scheduled clean-up of the log "
+                             "(2-day retention, every commit but the newest past it) and "
+                             "measure again.")
     parser.add_argument("--hadoop-listing", action="store_true",
                         help="List local Delta logs with Delta's HDFSLogStore (Hadoop's "
                              "listing), not ttl's FileLogStore: the before of the latter.")
