@@ -240,6 +240,10 @@ class EvictionConfig(_Section):
         return value
 
 
+#: ``maintenance.log_retention``'s default.
+LOG_RETENTION_MS = 2 * 86_400_000
+
+
 class MaintenanceConfig(_Section):
     """OPTIMIZE and VACUUM on the scheduler. VACUUM's retention must exceed the changelog
     publisher's worst lag plus the drills' time-travel window (checked before each run)."""
@@ -267,15 +271,21 @@ class MaintenanceConfig(_Section):
     #: commits it keeps (docs/operations.md, "Cleaning up the log").
     log_cleanup_interval: DurationMs | None = 3_600_000
     #: How long commits stay in the log; never before the publisher has published them.
-    log_retention: DurationMs = 2 * 86_400_000
+    #: Unset: 2 days, or ``minimum_retention`` if that is longer.
+    log_retention: DurationMs | None = None
 
     @property
     def minimum_retention(self) -> int:
         return self.publisher_max_lag + self.drill_window
 
+    @property
+    def log_retention_ms(self) -> int:
+        return self.log_retention or max(LOG_RETENTION_MS, self.minimum_retention)
+
     @model_validator(mode="after")
     def _log_outlives_publication_and_drills(self) -> MaintenanceConfig:
-        if self.log_retention < self.minimum_retention:
+        if (self.log_cleanup_interval and self.log_retention is not None
+                and self.log_retention < self.minimum_retention):
             raise ValueError(
                 f"maintenance.log_retention ({self.log_retention} ms) is shorter than "
                 f"maintenance.publisher_max_lag + maintenance.drill_window "

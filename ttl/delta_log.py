@@ -24,7 +24,7 @@ from typing import TypeVar
 
 from ttl import commit, input_position
 from ttl.clock import recovered_stream_time, stream_time_floor
-from ttl.names import OP_RESTORE, PROP_INPUT_POSITION, PROP_STREAM_TIME_THROUGH
+from ttl.names import OP_RESTORE, PROP_INPUT_POSITION
 
 log = logging.getLogger(__name__)
 
@@ -417,16 +417,12 @@ def recorded_position(spark, path: str, props: dict[str, str] | None = None,
     ``input_position.recorded``'s rule: the engine commits after the version its floor
     covers (``names.PROP_INPUT_POSITION``, written with the stream-time floor), then the
     floor; every commit still in the log when the table has no floor (made before it was
-    kept, or copied from another table's log: a version past ``latest``)."""
+    kept, or copied from another table's log: a version past ``latest``). ``props``: the
+    table's properties, read no later than ``latest``."""
     props = properties(spark, path) if props is None else props
     latest = latest_version(spark, path) if latest is None else latest
-    floor = input_position.from_property(props.get(PROP_INPUT_POSITION))
-    through = props.get(PROP_STREAM_TIME_THROUGH)
-    after = int(through) if floor is not None and through and through.isdigit() else -1
-    if after > latest:
-        floor, after = None, -1
-    elif after < 0:
-        floor = None
+    kept = input_position.from_property(props.get(PROP_INPUT_POSITION))
+    floor, after = kept if kept is not None and 0 <= kept[1] <= latest else (None, -1)
     commits = engine_commits_having(spark, path, "input_offsets", or_op=OP_RESTORE,
                                     after=after, latest=latest)
     return input_position.recorded((c.metadata or {} for c in commits),

@@ -86,7 +86,8 @@ class ChangeFeedGone(TtlError):
               "the table's current state as a snapshot (a put per entry, a tombstone per key "
               "the changelog holds that the table no longer has) and publication continues "
               "after it. To avoid this, keep maintenance.vacuum_retention and the table's "
-              "delta.logRetentionDuration above the publisher's lag.")
+              "delta.logRetentionDuration above the publisher's lag (the scheduled clean-up "
+              "of the log, maintenance.log_retention, waits for the publisher itself).")
 
 
 class VacuumRefused(TtlError):

@@ -494,15 +494,23 @@ def vacuum(store, retention_ms: int, minimum_ms: int, published: int | None) -> 
 
 
 def clean_log(store, retention_ms: int, published: int | None) -> None:
-    """Remove the log's commits older than ``retention_ms`` (``delta_log.clean_up_log``),
-    never one the publisher has not published (its measured position ``published``, the
-    last table version on the changelog; ``None``: unknown) nor the input position and
-    stream time the removed commits recorded: the store's floor is raised to the table's
-    version first (``DeltaStore.raise_stream_time_floor``), so a start-up finds them in the
-    table's properties. A drill's time travel to the published version needs that version
-    and a checkpoint before it, so the published version itself must be younger than the
-    retention (``VACUUM_SLACK_MS`` of it to spare). Off S3 every snapshot update lists the
-    whole log: this keeps its length to the retention's commits."""
+    """Remove the log's commits older than ``retention_ms`` once ``prepare_log_cleanup``
+    allows it (``delta_log.clean_up_log``). Off S3 every snapshot update lists the whole
+    log: this keeps its length to the retention's commits."""
+    prepare_log_cleanup(store, retention_ms, published)
+    delta_log.clean_up_log(store.spark, store.path, retention_ms)
+
+
+def prepare_log_cleanup(store, retention_ms: int, published: int | None) -> None:
+    """Refuse (``LogCleanupRefused``) a clean-up of the log that could remove a commit the
+    publisher has not published (its measured position ``published``, the last table
+    version on the changelog; ``None``: unknown), and keep what the commits it removes
+    recorded: the store's floor (stream time and input position) is raised to the table's
+    version, so a start-up finds them in the table's properties. A drill's time travel to
+    the published version needs that version and a checkpoint before it, so the published
+    version itself must be younger than the retention (``VACUUM_SLACK_MS`` of it to spare;
+    Delta judges a file's age by its modification time, as this does). The clean-up itself
+    commits nothing and may run beside commits (Delta runs it after its checkpoints)."""
     latest = delta_log.latest_version(store.spark, store.path)
     if published is None:
         raise LogCleanupRefused(f"clean-up of the log of {store.path} skipped: the "
@@ -518,8 +526,6 @@ def clean_log(store, retention_ms: int, published: int | None) -> None:
                 f"up to version {published} ({age}), and a retention of "
                 f"{retention_ms / 3_600_000:.1f} h could remove it and the commits after it")
     store.raise_stream_time_floor(latest, now=True)
-    store.check_writable()
-    delta_log.clean_up_log(store.spark, store.path, retention_ms)
 
 
 def _vacuum_expired_keys(store, hours: int, cutoff_ms: int) -> None:

@@ -99,25 +99,29 @@ def recorded(metadata: Iterable[dict], log_from_zero: Callable[[], bool],
     return Recorded(position, last_batch, unknown)
 
 
-def to_property(found: Recorded) -> str:
-    """``found`` as the table property that keeps it past the log's clean-up."""
-    return json.dumps({"position": found.position,
+def to_property(found: Recorded, through: int) -> str:
+    """``found``, the position the commits up to version ``through`` record, as the table
+    property that keeps it past the log's clean-up. The version goes inside: an engine
+    that does not know the property raises the stream-time floor's version without it."""
+    return json.dumps({"through": through, "position": found.position,
                        "last_batch": list(found.last_batch) if found.last_batch else None,
                        "unknown": found.unknown}, sort_keys=True, separators=(",", ":"))
 
 
-def from_property(raw: str | None) -> Recorded | None:
-    """The position ``to_property`` wrote, or ``None`` for none (or one this engine cannot
-    read, which then counts as absent: the commits are read as before)."""
+def from_property(raw: str | None) -> tuple[Recorded, int] | None:
+    """The position ``to_property`` wrote and the version it covers, or ``None`` for none
+    (or one this engine cannot read, which then counts as absent: the commits are read as
+    before)."""
     if not raw:
         return None
     try:
         doc = json.loads(raw)
         batch = doc.get("last_batch")
-        return Recorded({str(p): int(o) for p, o in (doc.get("position") or {}).items()},
-                        (str(batch[0]), int(batch[1])) if batch else None,
-                        bool(doc.get("unknown")))
-    except (ValueError, TypeError, AttributeError, IndexError):
+        through = int(doc["through"])
+        return (Recorded({str(p): int(o) for p, o in (doc.get("position") or {}).items()},
+                         (str(batch[0]), int(batch[1])) if batch else None,
+                         bool(doc.get("unknown"))), through)
+    except (ValueError, TypeError, AttributeError, IndexError, KeyError):
         return None
 
 

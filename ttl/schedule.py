@@ -126,15 +126,24 @@ class StoreJobs:
         self._guarded("vacuum", publish_then_vacuum)
 
     def clean_log(self) -> None:
+        """The log's clean-up: checked and prepared under the lock (and the lease), then
+        run outside it, where it lists and removes files while batches commit (it commits
+        nothing; Delta runs it after its checkpoints, beside other writers)."""
         m = self.conf.maintenance
 
-        def publish_then_clean() -> None:
+        def publish_then_prepare() -> bool:
             if self.publish is not None:
                 self.publish()  # as VACUUM: the lag measured is then real
-            eviction.clean_log(self.store, m.log_retention,
-                               self.published() if self.published is not None else None)
+            eviction.prepare_log_cleanup(
+                self.store, m.log_retention_ms,
+                self.published() if self.published is not None else None)
+            return True
 
-        self._guarded("log clean-up", publish_then_clean)
+        if self._guarded("log clean-up", publish_then_prepare):
+            try:
+                delta_log.clean_up_log(self.store.spark, self.store.path, m.log_retention_ms)
+            except Exception:  # noqa: BLE001 - logged; the next tick tries again
+                log.exception("log clean-up failed; will retry at the next tick")
 
 
 def _seconds(ms: int) -> float:

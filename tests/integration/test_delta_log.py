@@ -195,10 +195,10 @@ def test_the_log_clean_up_keeps_the_input_position_and_stream_time_and_waits_for
     published: list[int | None] = [None]
     jobs = schedule.StoreJobs(store, conf, published=lambda: published[0])
     with pytest.raises(LogCleanupRefused, match="unknown"):
-        eviction.clean_log(store, conf.maintenance.log_retention, None)
+        eviction.clean_log(store, conf.maintenance.log_retention_ms, None)
     published[0] = 1  # the changelog has version 1, written 3 h ago: still needed
     with pytest.raises(LogCleanupRefused, match="version 1"):
-        eviction.clean_log(store, conf.maintenance.log_retention, published[0])
+        eviction.clean_log(store, conf.maintenance.log_retention_ms, published[0])
     assert delta_log.commit_at(spark, table_path, 0) is not None
     published[0] = checkpointed  # all published: the scheduled job cleans
     jobs.clean_log()

@@ -180,3 +180,17 @@ def test_one_rule_says_whether_two_spellings_name_one_location(tmp_path, monkeyp
     assert same_location("data/x", str(tmp_path / "data/x"))
     assert same_location("s3a://b/t/", "s3a://b//t")
     assert not same_location("s3a://b/t", "s3a://b/u") and not same_location("/a", "/a/b")
+
+
+def test_the_log_retention_outlives_publication_and_drills():
+    def maintenance(**given):
+        return config.from_dict({**MINIMAL, "maintenance": given}).maintenance
+
+    assert maintenance().log_retention_ms == 2 * 86_400_000
+    # unset, it follows a longer drill window instead of refusing the profile
+    assert maintenance(drill_window="3d").log_retention_ms == 3 * 86_400_000 + 3_600_000
+    assert maintenance(log_retention="26h").log_retention_ms == 26 * 3_600_000
+    with pytest.raises(ConfigError, match=r"maintenance\.log_retention"):
+        maintenance(log_retention="2h")
+    # no clean-up: nothing to check
+    assert maintenance(log_retention="2h", log_cleanup_interval=None).log_retention_ms == 7_200_000

@@ -63,8 +63,8 @@ def test_a_restore_without_a_position_or_a_new_table_holds_input_unknown():
 def test_the_floor_stands_for_the_commits_it_covers():
     from ttl.input_position import Recorded, from_property, recorded, to_property
 
-    floor = from_property(to_property(Recorded({"0": 5, "1": 3}, ("q", 7), False)))
-    assert floor == Recorded({"0": 5, "1": 3}, ("q", 7), False)
+    floor, through = from_property(to_property(Recorded({"0": 5, "1": 3}, ("q", 7), False), 12))
+    assert (floor, through) == (Recorded({"0": 5, "1": 3}, ("q", 7), False), 12)
     # no commit after the floor's version: the floor is all, its last batch included (a
     # replay of that batch after a crash passes)
     assert recorded([], lambda: 1 / 0, floor) == floor
@@ -76,9 +76,10 @@ def test_the_floor_stands_for_the_commits_it_covers():
     assert whole.position == {"0": 9}
     # a restore without a position after it: unknown, whatever the floor says
     assert recorded([{"op": "restore"}], lambda: 1 / 0, floor).unknown
-    unknown = from_property(to_property(Recorded({}, None, True)))
+    unknown = from_property(to_property(Recorded({}, None, True), 3))[0]
     assert recorded([], lambda: 1 / 0, unknown).unknown
-    for unreadable in (None, "", "{", "[1]", '{"position": {"0": "x"}}'):
+    for unreadable in (None, "", "{", "[1]", '{"position": {"0": "x"}, "through": 1}',
+                       '{"position": {"0": 1}}'):  # the last: no version
         assert from_property(unreadable) is None
 
 

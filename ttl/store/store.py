@@ -165,28 +165,30 @@ class DeltaStore:
         bounded number of commits and a clean-up of the log's older commits loses neither:
         once ``FLOOR_EVERY`` versions are past the one the table's floor covers (a table
         without one: at version ``FLOOR_EVERY - 1``), or ``FLOOR_EVERY_S`` seconds after
-        the store opened or last raised it, whichever comes first (``now``: at once, if any
-        version is past it): never on a new table's first batches, whose start-up reads few
-        commits anyway. Both are computed from the log (the old floor and the commits after
-        it), never from this process's own state, so a writer with a stale one cannot lower
-        them; the properties go in one metadata commit, made in the batch thread (never
-        beside a batch's write) or under the store's lock."""
+        the store opened or last raised it, whichever comes first; ``now``: at once, as
+        the log's clean-up needs before it removes commits. Never when no commit but the
+        floor's own follows the version it covers. Both are computed from the log (the
+        old floor and the commits after it), never from this process's own state, so a
+        writer with a stale one cannot lower them; the properties go in one metadata
+        commit, made in the batch thread (never beside a batch's write) or under the
+        store's lock."""
         last = self._floor_raised
-        if now:
-            if version <= last[0]:
-                return
-        elif (version - last[0] < FLOOR_EVERY
-                and time.monotonic() - last[1] < FLOOR_EVERY_S):
+        if not now and (version - last[0] < FLOOR_EVERY
+                        and time.monotonic() - last[1] < FLOOR_EVERY_S):
             return
         try:
             self.check_writable()  # a commit like any other: the lease's fence first
             self.properties = delta_log.properties(self.spark, self.path)
             through = delta_log.latest_version(self.spark, self.path)
+            kept = input_position.from_property(self.properties.get(PROP_INPUT_POSITION))
+            if kept is not None and through <= kept[1] + 1:  # at most the floor's own commit
+                self._floor_raised = (through, time.monotonic())
+                return
             value = self.recover_stream_time()
             found = delta_log.recorded_position(self.spark, self.path, self.properties,
                                                 latest=through)
             props = {PROP_STREAM_TIME_THROUGH: str(through),
-                     PROP_INPUT_POSITION: input_position.to_property(found)}
+                     PROP_INPUT_POSITION: input_position.to_property(found, through)}
             if value is not None:
                 props[PROP_STREAM_TIME_FLOOR] = str(value)
             delta_log.retrying(lambda: layout.set_properties(self.spark, self.path, props),
