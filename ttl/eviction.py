@@ -498,7 +498,17 @@ def clean_log(store, retention_ms: int, published: int | None) -> None:
     allows it (``delta_log.clean_up_log``). Off S3 every snapshot update lists the whole
     log: this keeps its length to the retention's commits."""
     prepare_log_cleanup(store, retention_ms, published)
+    remove_old_log(store, retention_ms)
+
+
+def remove_old_log(store, retention_ms: int) -> None:
+    """``delta_log.clean_up_log`` of the store's table (``prepare_log_cleanup`` first) and
+    of its dead-letter and expired-keys tables, whose logs a write to them lists too; the
+    publisher reads the latter's rows, never its log."""
     delta_log.clean_up_log(store.spark, store.path, retention_ms)
+    for side in (store.dead_letter_path, sibling(store.path, EXPIRED_KEYS_SUFFIX)):
+        if delta_log.is_delta_table(store.spark, side):
+            delta_log.clean_up_log(store.spark, side, retention_ms)
 
 
 def prepare_log_cleanup(store, retention_ms: int, published: int | None) -> None:

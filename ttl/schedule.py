@@ -141,7 +141,7 @@ class StoreJobs:
 
         if self._guarded("log clean-up", publish_then_prepare):
             try:
-                delta_log.clean_up_log(self.store.spark, self.store.path, m.log_retention_ms)
+                eviction.remove_old_log(self.store, m.log_retention_ms)
             except Exception:  # noqa: BLE001 - logged; the next tick tries again
                 log.exception("log clean-up failed; will retry at the next tick")
 

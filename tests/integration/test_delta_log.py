@@ -187,6 +187,10 @@ def test_the_log_clean_up_keeps_the_input_position_and_stream_time_and_waits_for
     delta_log._jvm_log(spark, table_path).checkpoint()
     checkpointed = delta_log.latest_version(spark, table_path)
     _age_log(table_path, 3 * 3_600)
+    dead = store.dead_letter_path  # its log is cleaned up too
+    spark.sql(f"ALTER TABLE delta.`{dead}` SET TBLPROPERTIES ('x' = '1')")
+    delta_log._jvm_log(spark, dead).checkpoint()
+    _age_log(dead, 3 * 3_600)
     conf = from_dict({"store": {"name": "ev", "path": table_path},
                       "kafka": {"input_topic": "i", "changelog_topic": "c"},
                       "stream": {"checkpoint": "unused"},
@@ -205,6 +209,8 @@ def test_the_log_clean_up_keeps_the_input_position_and_stream_time_and_waits_for
     assert delta_log.commit_info(spark, table_path, 0) is None  # removed
     assert delta_log.commit_info(spark, table_path, checkpointed) is not None  # its checkpoint's
     assert not os.path.exists(os.path.join(table_path, "_delta_log", f"{0:020d}.json"))
+    assert not os.path.exists(os.path.join(dead, "_delta_log", f"{0:020d}.json"))
+    assert spark.read.format("delta").load(dead).count() == 0  # still a table
     # what the removed commits recorded, from the floor written first; no history read
     monkeypatch.setattr(delta_log, "_history", lambda *a, **k: pytest.fail("whole log read"))
     assert delta_log.recorded_position(spark, table_path) == Recorded(
