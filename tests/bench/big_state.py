@@ -28,6 +28,9 @@ For each size N, one table at a time (built, measured, removed):
    background) and a **scrape** of them.
 6. **memory**: the driver's peak RSS (Python) and the JVM's used heap after the batches.
 
+With ``--trigger S`` the 20-record batches run again, each starting S seconds after the one
+before, as a stream's processing-time trigger starts them (``*_triggered_commit_s``): the
+snapshot of the version a batch writes on is then computed before it comes, as in a stream.
 Then every figure's ratio to the first size's, from the same run. With ``--commits``,
 start-up against the log's length instead: a store whose log holds that many engine
 commits, opened with its stream-time floor 50 commits behind, beside the whole-history read
@@ -113,12 +116,18 @@ def _updates(spark, keys: int, size: int, seed: int, new: bool = False):
 
 
 def _timed_batches(spark, store, keys: int, size: int, count: int, seed: int,
-                   new: bool = False, unreported: int = 0) -> dict[str, float]:
+                   new: bool = False, unreported: int = 0,
+                   trigger_s: float = 0.0) -> dict[str, float]:
+    """``count`` batches back to back, or (``trigger_s``) each starting that long after the
+    one before, as a stream's processing-time trigger starts them."""
     commits, lookups, writes = [], [], []
+    previous = None
     for i in range(-unreported, count):
         records = _updates(spark, keys, size, seed + i, new)
         phases = BatchPhases(spark)
-        started = time.monotonic()
+        if trigger_s and previous is not None:
+            time.sleep(max(0.0, previous + trigger_s - time.monotonic()))  # the trigger
+        started = previous = time.monotonic()
         store.apply_batch(records, wall_ms=NOW + seed + i, phases=phases)
         commits.append(time.monotonic() - started)
         split = phases.as_dict()
@@ -155,6 +164,11 @@ def measure(spark, keys: int, args, layout: str) -> dict[str, float]:
         for name, new in (("update20", False), ("new20", True)):
             figures = _timed_batches(spark, store, keys, 20, args.batches, 1_000, new)
             out.update({f"{name}_{k}": v for k, v in figures.items() if k != "records_per_s"})
+        if args.trigger:
+            for name, new in (("update20", False), ("new20", True)):
+                figures = _timed_batches(spark, store, keys, 20, args.batches, 3_000, new,
+                                         trigger_s=args.trigger)
+                out[f"{name}_triggered_commit_s"] = figures["commit_s"]
         w2 = _timed_batches(spark, store, keys, args.w2, args.w2_batches, 5_000, unreported=1)
         out["w2_records_per_s"] = w2["records_per_s"]
         out["w2_commit_s"] = w2["commit_s"]
@@ -341,6 +355,9 @@ def main() -> None:
                         help="clustered, unclustered, expiry or both; a comma-separated "
                              "list measures each, side by side.")
     parser.add_argument("--batches", type=int, default=5)
+    parser.add_argument("--trigger", type=float, default=0.0,
+                        help="Also run the 20-record batches this many seconds apart, as "
+                             "the stream's trigger starts them (its default: 2).")
     parser.add_argument("--w2", type=int, default=100_000)
     parser.add_argument("--w2-batches", type=int, default=4)
     parser.add_argument("--dir", default=None, help="Where the tables go (default: /tmp).")
