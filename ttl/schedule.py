@@ -81,8 +81,7 @@ class StoreJobs:
                     self.publish()
                 # Now and then (a daemon's sweeps may be the only commits for weeks): the
                 # input position and stream time then outlive the batches' commits.
-                self.store.raise_stream_time_floor(
-                    delta_log.latest_version(self.store.spark, self.store.path))
+                self.store.raise_stream_time_floor(getattr(result, "version", None))
                 return result
             except (StoreMissing, ChangelogMismatch) as exc:
                 log.error("%s failed: %s", what, exc)

@@ -159,7 +159,7 @@ class DeltaStore:
         after the version the floor covers)."""
         return delta_log.stream_time(self.spark, self.path, self.properties)
 
-    def raise_stream_time_floor(self, version: int, *, now: bool = False) -> None:
+    def raise_stream_time_floor(self, version: int | None, *, now: bool = False) -> None:
         """Keep the stream-time floor and the input position beside it close behind the
         table's version (after a commit at ``version``), so that recovering them reads a
         bounded number of commits and a clean-up of the log's older commits loses neither:
@@ -171,10 +171,15 @@ class DeltaStore:
         old floor and the commits after it), never from this process's own state, so a
         writer with a stale one cannot lower them; the properties go in one metadata
         commit, made in the batch thread (never beside a batch's write) or under the
-        store's lock."""
+        store's lock. ``version`` ``None``: a job that made no commit, or does not know its
+        version; the time's rule alone, and the log is listed only when it is due."""
         last = self._floor_raised
-        if not now and (version - last[0] < FLOOR_EVERY
-                        and time.monotonic() - last[1] < FLOOR_EVERY_S):
+        due_by_time = time.monotonic() - last[1] >= FLOOR_EVERY_S
+        if version is None:
+            if not (now or due_by_time):
+                return
+            version = delta_log.latest_version(self.spark, self.path)
+        if not now and version - last[0] < FLOOR_EVERY and not due_by_time:
             return
         try:
             self.check_writable()  # a commit like any other: the lease's fence first
