@@ -144,7 +144,7 @@ def test_stream_time_is_recovered_from_the_floor_and_the_commits_after_it(
     assert reopened.stream_time.value == NOW + 9_000
     position = delta_log.last_engine_commit(spark, table_path, having="input_offsets")
     assert position.metadata["input_offsets"] == {"0": 7}
-    # rate-limited by time too; a floor raised later covers the stale commit as well
+    # a floor raised later covers the stale commit as well
     monkeypatch.setattr(store_module, "FLOOR_EVERY", 1)
     reopened.raise_stream_time_floor(delta_log.latest_version(spark, table_path))
     assert stream_time_floor(delta_log.properties(spark, table_path))[0] == NOW + 9_000
@@ -223,3 +223,38 @@ def test_the_log_clean_up_keeps_the_input_position_and_stream_time_and_waits_for
         "input_offsets": {"0": 30}, "query_id": "q", "batch_id": 9})
     assert delta_log.recorded_position(spark, table_path) == Recorded(
         {"0": 30, "1": 23}, ("q", 9), False)
+
+
+def test_the_floor_is_raised_only_past_its_own_commit_and_never_trusts_another_tables(
+        spark, table_path, monkeypatch):
+    """A raise with nothing new since the floor makes no commit (an idle store would make
+    one at every clean-up and every hour), a job without a version lists the log only when
+    the time's rule is due, and a floor copied from another table's log (a version past
+    this one's) is replaced, not taken for this table's."""
+    import json
+
+    from ttl.names import PROP_INPUT_POSITION
+    from ttl.store import layout
+    from ttl.store import store as store_module
+
+    store = make_store(spark, table_path, ttl=1_000)
+    store.apply_records(recs((b"a", b"v", NOW)), metadata={
+        "input_offsets": {"0": 3}, "whole_position": True, "query_id": "q", "batch_id": 1})
+    store.raise_stream_time_floor(None, now=True)
+    raised = delta_log.latest_version(spark, table_path)
+    store.raise_stream_time_floor(None, now=True)  # only the floor's own commit since
+    assert delta_log.latest_version(spark, table_path) == raised
+    monkeypatch.setattr(delta_log, "latest_version",
+                        lambda *a, **k: pytest.fail("listed while not due"))
+    store.raise_stream_time_floor(None)  # not due by time: nothing read
+    monkeypatch.undo()
+    foreign = json.loads(delta_log.properties(spark, table_path)[PROP_INPUT_POSITION])
+    foreign.update(through=raised + 5, position={"0": 99})  # another table's version
+    layout.set_properties(spark, table_path, {PROP_INPUT_POSITION: json.dumps(foreign)})
+    copied = delta_log.latest_version(spark, table_path)
+    assert delta_log.recorded_position(spark, table_path).position == {"0": 3}  # ignored
+    monkeypatch.setattr(store_module, "FLOOR_EVERY", 1)
+    store.raise_stream_time_floor(None, now=True)
+    assert delta_log.recorded_position(spark, table_path).position == {"0": 3}
+    kept = json.loads(delta_log.properties(spark, table_path)[PROP_INPUT_POSITION])
+    assert kept["position"] == {"0": 3} and kept["through"] == copied

@@ -178,15 +178,16 @@ class DeltaStore:
         if version is None:
             if not (now or due_by_time):
                 return
-            version = delta_log.latest_version(self.spark, self.path)
-        if not now and version - last[0] < FLOOR_EVERY and not due_by_time:
+        elif not now and version - last[0] < FLOOR_EVERY and not due_by_time:
             return
         try:
             self.check_writable()  # a commit like any other: the lease's fence first
             self.properties = delta_log.properties(self.spark, self.path)
             through = delta_log.latest_version(self.spark, self.path)
             kept = input_position.from_property(self.properties.get(PROP_INPUT_POSITION))
-            if kept is not None and through <= kept[1] + 1:  # at most the floor's own commit
+            # at most the floor's own commit after the version it covers (one copied from
+            # another table's log, past this one's version, covers nothing here)
+            if kept is not None and 0 <= kept[1] <= through <= kept[1] + 1:
                 self._floor_raised = (through, time.monotonic())
                 return
             value = self.recover_stream_time()
@@ -206,6 +207,7 @@ class DeltaStore:
                 raise
             log.warning("raising the stream-time floor of %s failed (%s: %s); the next "
                         "batch tries again", self.conf.name, type(exc).__name__, exc)
+            self._floor_raised = (last[0], time.monotonic())  # by time: in an hour
             return
         self._floor_raised = (through, time.monotonic())
 
