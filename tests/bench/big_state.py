@@ -274,12 +274,7 @@ def log_growth(spark, commits: int, args) -> dict[str, float]:
         started = time.monotonic()
         position = delta_log.last_engine_commit(spark, path, having="input_offsets")
         out["position_s"] = time.monotonic() - started
-        updates = []
-        for _ in range(5):
-            started = time.monotonic()
-            delta_log.latest_version(spark, path)
-            updates.append(time.monotonic() - started)
-        out["snapshot_update_s"] = statistics.median(updates)
+        out["snapshot_update_s"] = _snapshot_update_s(spark, path)
         out["delta_rs_open_s"] = _delta_rs_open_s(path)
         batch = _timed_batches(spark, opened, 1_000, 20, args.batches, 1_000, new=True)
         out["new20_commit_s"] = batch["commit_s"]
@@ -291,6 +286,18 @@ def log_growth(spark, commits: int, args) -> dict[str, float]:
         return out
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _snapshot_update_s(spark, path: str) -> float:
+    """The median of 5 snapshot updates (``delta_log.latest_version``: a listing of the log)."""
+    from ttl import delta_log
+
+    times = []
+    for _ in range(5):
+        started = time.monotonic()
+        delta_log.latest_version(spark, path)
+        times.append(time.monotonic() - started)
+    return statistics.median(times)
 
 
 def _delta_rs_open_s(path: str) -> float:
@@ -331,12 +338,7 @@ def _cleaned(spark, store, conf: StoreConfig, args) -> dict[str, float]:
     started = time.monotonic()
     opened = DeltaStore(spark, conf, wall_clock=FixedClock(NOW))
     out["open_after_s"] = time.monotonic() - started
-    updates = []
-    for _ in range(5):
-        started = time.monotonic()
-        delta_log.latest_version(spark, path)
-        updates.append(time.monotonic() - started)
-    out["snapshot_update_after_s"] = statistics.median(updates)
+    out["snapshot_update_after_s"] = _snapshot_update_s(spark, path)
     out["delta_rs_open_after_s"] = _delta_rs_open_s(path)
     position = delta_log.recorded_position(spark, path).position
     batch = _timed_batches(spark, opened, 1_000, 20, args.batches, 2_000, new=True)

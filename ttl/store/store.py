@@ -182,8 +182,8 @@ class DeltaStore:
             return
         try:
             self.check_writable()  # a commit like any other: the lease's fence first
-            self.properties = delta_log.properties(self.spark, self.path)
-            through = delta_log.latest_version(self.spark, self.path)
+            # the version and the properties from one look at the log (one listing)
+            through, _, self.properties = delta_log.identity(self.spark, self.path)
             kept = input_position.from_property(self.properties.get(PROP_INPUT_POSITION))
             # at most the floor's own commit after the version it covers (one copied from
             # another table's log, past this one's version, covers nothing here)
