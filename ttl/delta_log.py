@@ -476,12 +476,14 @@ def max_stream_time(spark, path: str, after: int | None = None) -> int | None:
             .select(F.max(_meta("stream_time").cast("bigint"))).first()[0])
 
 
-def stream_time(spark, path: str, props: dict[str, str] | None = None) -> int | None:
+def stream_time(spark, path: str, props: dict[str, str] | None = None,
+                latest: int | None = None) -> int | None:
     """The table's stream time by ``clock.stream_time_floor``'s rule: its floor property
     and the commits after the version the floor covers (every commit still in the log when
-    it covers none). ``props``: the table's properties, if already read."""
+    it covers none). ``props``: the table's properties, if already read; ``latest``: the
+    version they were read at (default the newest)."""
     floor, through = stream_time_floor(properties(spark, path) if props is None else props,
-                                       latest_version(spark, path))
+                                       latest_version(spark, path) if latest is None else latest)
     return recovered_stream_time(max_stream_time(spark, path, through), floor)
 
 

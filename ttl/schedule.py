@@ -24,7 +24,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from ttl import delta_log, eviction
 from ttl.config import Config
-from ttl.errors import ChangelogMismatch, StoreMissing
+from ttl.errors import ChangelogMismatch, LogCleanupRefused, StoreMissing, VacuumRefused
 from ttl.names import PROP_OPTIMIZED_AT, PROP_VACUUMED_AT
 
 log = logging.getLogger(__name__)
@@ -88,6 +88,9 @@ class StoreJobs:
                 self.failed = exc
                 if self.on_fatal is not None:
                     self.on_fatal(exc)
+                return None
+            except (VacuumRefused, LogCleanupRefused) as exc:  # an expected wait, not a fault
+                log.warning("%s; %s", exc, exc.action)
                 return None
             except Exception:  # noqa: BLE001 - logged; the next tick tries again
                 log.exception("%s failed; will retry at the next tick", what)

@@ -166,10 +166,11 @@ def _age_log(path: str, seconds: float) -> None:
 
 
 def test_the_log_clean_up_keeps_the_input_position_and_stream_time_and_waits_for_publication(
-        spark, table_path, monkeypatch):
+        spark, table_path, monkeypatch, caplog):
     """The scheduled clean-up removes commits older than its retention, never unpublished
     ones, and a start-up after it still finds the input position (with the batch a replay
     may repeat) and the stream time those commits recorded, without reading the history."""
+    import logging
     import os
     import time
 
@@ -203,6 +204,10 @@ def test_the_log_clean_up_keeps_the_input_position_and_stream_time_and_waits_for
     published[0] = 1  # the changelog has version 1, written 3 h ago: still needed
     with pytest.raises(LogCleanupRefused, match="version 1"):
         eviction.clean_log(store, conf.maintenance.log_retention_ms, published[0])
+    with caplog.at_level(logging.WARNING, logger="ttl.schedule"):
+        jobs.clean_log()  # the scheduled job waits: one line each hour, no traceback
+    refused = [r for r in caplog.records if "skipped" in r.getMessage()]
+    assert len(refused) == 1 and refused[0].exc_info is None
     assert delta_log.commit_at(spark, table_path, 0) is not None
     published[0] = checkpointed  # all published: the scheduled job cleans
     jobs.clean_log()

@@ -193,14 +193,19 @@ class Publisher:
         """The table's newest Delta version; ``ChangelogMismatch`` when the table is no
         longer the one this publisher was made for (removed or created again meanwhile:
         its versions would start below the progress and never be published)."""
-        version, table_id = delta_log.position(self.spark, self.path)
+        return self._table_state()[0]
+
+    def _table_state(self) -> tuple[int, dict[str, str]]:
+        """``table_version`` and the properties of that same version (one snapshot: a
+        property read after the version may speak of commits past it)."""
+        version, table_id, props = delta_log.identity(self.spark, self.path)
         if version < 0 or table_id != self.table_id:
             what = "removed" if version < 0 else f"replaced (Delta table id {table_id})"
             raise ChangelogMismatch(
                 f"the table at {self.path} (Delta table id {self.table_id}) was {what} while "
                 f"its publisher ran: nothing more of it is published. Operator action: "
                 f"{continuity.RESTORE_ACTION}")
-        return version
+        return version, props
 
     def publish(self, until: int | None = None) -> PublishResult:
         """Publish every version after the last published one, up to the table's (Delta)
@@ -395,7 +400,7 @@ class Publisher:
 
 
         started = time.monotonic()
-        latest = self.table_version()
+        latest, props = self._table_state()
         if latest + self.offset <= self.progress.version:
             # A table whose versions are below the changelog's (a restored one whose old
             # table published on): the snapshot must come after everything published. The
@@ -403,7 +408,7 @@ class Publisher:
             self.offset = continuity.reseed_offset(latest + 1, self.offset,
                                                    self.progress.version)
             set_properties(self.spark, self.path, {PROP_VERSION_OFFSET: str(self.offset)})
-            latest = self.table_version()
+            latest, props = self._table_state()
         table = (self.spark.read.format("delta").option("versionAsOf", latest)
                  .load(self.path))
         on_topic = latest_per_key(convert(read_topic(
@@ -420,8 +425,11 @@ class Publisher:
         result = PublishResult(published_version=self.progress.version,
                                table_version=latest + self.offset)
         try:
-            position = delta_log.recorded_position(self.spark, self.path, latest=latest)
-            self._carry({"stream_time": delta_log.stream_time(self.spark, self.path)})
+            # Position and stream time from the snapshot published, not the newest one: a
+            # floor raised since would cover commits past it.
+            position = delta_log.recorded_position(self.spark, self.path, props, latest)
+            self._carry({"stream_time": delta_log.stream_time(self.spark, self.path, props,
+                                                              latest)})
             # The position this table holds, not one merged with the progress's: after a
             # restore from a point in time the progress's position is the old table's,
             # past what this one holds (none recorded: the position is unknown).
