@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -131,3 +132,15 @@ def clients(conf, broker):
     from ttl.kafka import KafkaClients
 
     return KafkaClients(getattr(conf, "kafka", conf), broker.bootstrap_servers)
+
+
+def age_log(path: str, seconds: float) -> None:
+    """Every file of the table's log (a local directory: a table's, or the one an S3
+    server keeps its objects in) as if written ``seconds`` ago, a version a second
+    (Delta's clean-up judges a file's age by its modification time, and takes a file no
+    newer than the version before it for a clock's skew)."""
+    log_dir = os.path.join(path, "_delta_log")
+    then = time.time() - seconds
+    for name in os.listdir(log_dir):
+        at = then + (int(name[:20]) if name[:20].isdigit() else 0)
+        os.utime(os.path.join(log_dir, name), (at, at))

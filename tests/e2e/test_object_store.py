@@ -218,6 +218,30 @@ def test_the_conditional_log_store_lists_the_log_from_a_key(tmp_path):
                for r in of_the_log), of_the_log
 
 
+def test_the_log_clean_up_runs_on_the_object_store(object_store):
+    """The scheduled clean-up of the log on S3 (``tests/e2e/log_cleanup_s3.py``): a
+    commit's age is its object's time, so a published version too old for the retention
+    refuses it and nothing goes; with everything published the commits before the
+    checkpoint go, and the input position and stream time they recorded are still found
+    (the table's properties), the table still reads."""
+    root = object_store.create_bucket(f"clean{uuid.uuid4().hex[:8]}")
+    settings = {**object_store.spark_settings(),
+                "spark.delta.logStore.s3a.impl": "ttl.delta.S3ConditionalLogStore"}
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("log_cleanup_s3.py")), root,
+         str(object_store.buckets / root.removeprefix("s3a://")), json.dumps(settings)],
+        capture_output=True, text=True, timeout=400, cwd=REPO_ROOT,
+        env={**os.environ, **object_store.environment(), "PYTHONPATH": str(REPO_ROOT)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    checkpointed = out["checkpointed"]
+    assert "skipped: the changelog has the table up to version 1" in out["refused"], out
+    assert out["kept_after_refusal"], out
+    assert out["gone"] == list(range(checkpointed)), out  # all but the checkpoint's version
+    assert out["position"] == {"0": 12, "1": 22} and out["last_batch"] == ["q", 2], out
+    assert out["stream_time"] == out["now"] + 2 and out["keys"] == ["k0", "k1", "k2"], out
+
+
 def test_a_versions_checksum_is_read_on_s3_without_spark(object_store, monkeypatch):
     """What runs without Spark (``ttl status``, ``get``, ``scan``, ``report``, the metrics)
     reads a version's checksum on S3 too, through Arrow's S3 client with the storage

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.test_eviction import make_store, recs
+from tests.support import age_log
 from ttl import app, commands, commit, delta_log, eviction
 from ttl.clock import FixedClock
 from ttl.config import from_dict
@@ -151,20 +152,6 @@ def test_stream_time_is_recovered_from_the_floor_and_the_commits_after_it(
     assert make_store(spark, table_path, ttl=1_000).stream_time.value == NOW + 9_000
 
 
-def _age_log(path: str, seconds: float) -> None:
-    """Every file of the table's log as if written ``seconds`` ago, a version a second
-    (Delta's clean-up judges a file's age by its modification time, and takes a file no
-    newer than the version before it for a clock's skew)."""
-    import os
-    import time
-
-    log_dir = os.path.join(path, "_delta_log")
-    then = time.time() - seconds
-    for name in os.listdir(log_dir):
-        at = then + (int(name[:20]) if name[:20].isdigit() else 0)
-        os.utime(os.path.join(log_dir, name), (at, at))
-
-
 def test_the_log_clean_up_keeps_the_input_position_and_stream_time_and_waits_for_publication(
         spark, table_path, monkeypatch, caplog):
     """The scheduled clean-up removes commits older than its retention, never unpublished
@@ -187,11 +174,11 @@ def test_the_log_clean_up_keeps_the_input_position_and_stream_time_and_waits_for
     store.apply_records(recs((b"late", b"v", now - 5_000)))  # no position, older time
     delta_log._jvm_log(spark, table_path).checkpoint()
     checkpointed = delta_log.latest_version(spark, table_path)
-    _age_log(table_path, 3 * 3_600)
+    age_log(table_path, 3 * 3_600)
     dead = store.dead_letter_path  # its log is cleaned up too
     spark.sql(f"ALTER TABLE delta.`{dead}` SET TBLPROPERTIES ('x' = '1')")
     delta_log._jvm_log(spark, dead).checkpoint()
-    _age_log(dead, 3 * 3_600)
+    age_log(dead, 3 * 3_600)
     conf = from_dict({"store": {"name": "ev", "path": table_path},
                       "kafka": {"input_topic": "i", "changelog_topic": "c"},
                       "stream": {"checkpoint": "unused"},
