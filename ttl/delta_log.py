@@ -101,6 +101,27 @@ def _updated(spark, path: str):
     return _jvm_log(spark, path).update(False, none, none)
 
 
+def table_at(spark, path: str, version: int):
+    """The table's rows at ``version``: a DataFrame over that snapshot's files, listed once
+    (``DeltaLog.createDataFrame``). A read through the path (``versionAsOf``) lists them
+    at every planning of a query that holds it: Delta's rule for deletion vectors asks the
+    file index again each time the optimizer runs, a Spark job on the log's state each, six
+    per executors' batch (about 0.1-0.2 s of the driver's each). Deletion vectors apply all
+    the same (the rule handles any Delta file index)."""
+    from pyspark.sql import DataFrame
+
+    jvm = spark.sparkContext._jvm
+    log_ = _jvm_log(spark, path)
+    snapshot = _updated(spark, path)
+    if int(snapshot.version()) != version:
+        none = jvm.scala.Option.empty()
+        snapshot = log_.getSnapshotAt(int(version), none, none, False)
+    files = jvm.scala.jdk.javaapi.CollectionConverters.asScala(
+        snapshot.allFiles().collectAsList()).toSeq()
+    return DataFrame(log_.createDataFrame(snapshot, files, False, jvm.scala.Option.empty()),
+                     spark)
+
+
 def position(spark, path: str) -> tuple[int, str]:
     """The table's current version and Delta table id, from one look at the log (a table
     recreated at the same path has another id and starts its versions again)."""

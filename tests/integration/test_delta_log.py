@@ -250,3 +250,31 @@ def test_the_floor_is_raised_only_past_its_own_commit_and_never_trusts_another_t
     assert delta_log.recorded_position(spark, table_path).position == {"0": 3}
     kept = json.loads(delta_log.properties(spark, table_path)[PROP_INPUT_POSITION])
     assert kept["position"] == {"0": 3} and kept["through"] == copied
+
+
+def test_a_table_read_at_a_version_lists_its_files_once_and_honours_deletion_vectors(
+        spark, table_path):
+    """``delta_log.table_at``: the rows of the version asked for (an older one too), less
+    those a deletion vector removed, and a query that holds it plans without reading the
+    log's state again (a read through the path does, at every run of the optimizer)."""
+    from pyspark.sql import functions as F
+
+    spark.range(100).coalesce(1).selectExpr("id", "id % 7 AS k").write.format("delta").save(
+        table_path)
+    spark.sql(f"DELETE FROM delta.`{table_path}` WHERE id < 10")  # a deletion vector
+    latest = delta_log.latest_version(spark, table_path)
+    assert delta_log.properties(spark, table_path).get(
+        "delta.enableDeletionVectors") == "true"
+    now = delta_log.table_at(spark, table_path, latest)
+    assert sorted(r.id for r in now.collect()) == list(range(10, 100))
+    assert delta_log.table_at(spark, table_path, 0).count() == 100  # before the DELETE
+    tracker = spark.sparkContext.statusTracker()
+    spark.sparkContext.setJobGroup("table-at", "planning", interruptOnCancel=False)
+    try:
+        joined = now.join(F.broadcast(now.select("k").distinct()), "k", "left_semi")
+        for _ in range(3):
+            joined.explain(mode="simple")  # plans it again
+        assert tracker.getJobIdsForGroup("table-at") == []  # nothing read to plan it
+        assert joined.count() == 90
+    finally:
+        spark.sparkContext.setJobGroup("", "", interruptOnCancel=False)

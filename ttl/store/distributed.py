@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from ttl import delta_log
 from ttl.model import Counts, Semantics
 from ttl.names import EXPIRED_KEYS_SUFFIX, sibling
 from ttl.phases import BatchPhases
@@ -170,7 +171,7 @@ def fold_frame(spark, path: str, inputs, version: int, *, wall_ms: int, t0: int,
     from pyspark.sql import functions as F
 
     hashes = inputs.where(F.col("key").isNotNull()).select("key_hash").distinct()
-    stored = (spark.read.format("delta").option("versionAsOf", version).load(path)
+    stored = (delta_log.table_at(spark, path, version)
               .select("key_hash", *STORED_COLUMNS)
               .join(hashes, "key_hash", "left_semi")
               .select(F.lit(STORED).alias("tag"), "key_hash", *STORED_COLUMNS))

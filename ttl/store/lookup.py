@@ -420,13 +420,14 @@ def with_spark(spark, path: str, keys: pa.Array, version: int) -> pa.Table:
     shuffled: a small batch's hashes filter the scan, a large batch's are broadcast to it."""
     from pyspark.sql import functions as F
 
-    table = spark.read.format("delta").option("versionAsOf", version).load(path)
-    if len(keys) <= LOOKUP_IN_LIST:
+    if len(keys) <= LOOKUP_IN_LIST:  # through the path: Delta skips files by the hashes
+        table = spark.read.format("delta").option("versionAsOf", version).load(path)
         hashes = set(key_hashes(keys).to_pylist())
         prune = F.lit(False)
         for h in sorted(hashes):  # an OR: Spark tests an IN list as one min-max range
             prune = prune | (F.col("key_hash") == F.lit(h))
         return table.where(prune).select(*STORED_COLUMNS, "key_hash").toArrow()
+    table = delta_log.table_at(spark, path, version)  # every file: listed once
     wanted = spark.createDataFrame(pa.table({"key_hash": pc.unique(key_hashes(keys))}))
     return (table.select("key_hash", *STORED_COLUMNS)
             .join(F.broadcast(wanted), "key_hash", "left_semi")
