@@ -103,23 +103,32 @@ def _updated(spark, path: str):
 
 def table_at(spark, path: str, version: int):
     """The table's rows at ``version``: a DataFrame over that snapshot's files, listed once
-    (``DeltaLog.createDataFrame``). A read through the path (``versionAsOf``) lists them
-    at every planning of a query that holds it: Delta's rule for deletion vectors asks the
-    file index again each time the optimizer runs, a Spark job on the log's state each, six
-    per executors' batch (about 0.1-0.2 s of the driver's each). Deletion vectors apply all
-    the same (the rule handles any Delta file index)."""
+    (``DeltaLog.createDataFrame``). Read through the path (``versionAsOf``), Delta's
+    planner strategy for deletion vectors asks the file index for the files each time a
+    query that holds it is planned, a Spark job on the log's state each: six per
+    executors' batch (about 0.1-0.2 s of the driver's each). Deletion vectors apply all
+    the same (the strategy handles any Delta file index). The snapshot is the cached one
+    when it is at ``version`` (no listing of the log); the frame is made in ``spark``'s
+    session (Delta makes it in the thread's active one)."""
     from pyspark.sql import DataFrame
 
     jvm = spark.sparkContext._jvm
     log_ = _jvm_log(spark, path)
-    snapshot = _updated(spark, path)
-    if int(snapshot.version()) != version:
-        none = jvm.scala.Option.empty()
-        snapshot = log_.getSnapshotAt(int(version), none, none, False)
+    none = jvm.scala.Option.empty()
+    snapshot = log_.getSnapshotAt(int(version), none, none, False)
     files = jvm.scala.jdk.javaapi.CollectionConverters.asScala(
         snapshot.allFiles().collectAsList()).toSeq()
-    return DataFrame(log_.createDataFrame(snapshot, files, False, jvm.scala.Option.empty()),
-                     spark)
+    sessions = getattr(jvm, "org.apache.spark.sql.classic.SparkSession")
+    active = sessions.getActiveSession()
+    sessions.setActiveSession(spark._jsparkSession)
+    try:
+        frame = log_.createDataFrame(snapshot, files, False, none)
+    finally:
+        if active.isDefined():
+            sessions.setActiveSession(active.get())
+        else:
+            sessions.clearActiveSession()
+    return DataFrame(frame, spark)
 
 
 def position(spark, path: str) -> tuple[int, str]:
@@ -470,9 +479,10 @@ def find_commit(spark, path: str, *, op: str, key: str, value: str,
         version += 1
 
 
-def max_stream_time(spark, path: str, after: int | None = None) -> int | None:
+def max_stream_time(spark, path: str, after: int | None = None,
+                    latest: int | None = None) -> int | None:
     """The largest stream time recorded by the engine commits after version ``after`` (every
-    commit still in the log when ``None``).
+    commit still in the log when ``None``), up to version ``latest`` (default: the newest).
 
     Stream time is recovered as a maximum, never from one commit: a commit Delta rebased
     after a concurrent one keeps the metadata it was planned with, and the log forgets
@@ -482,7 +492,7 @@ def max_stream_time(spark, path: str, after: int | None = None) -> int | None:
     from pyspark.sql import functions as F
 
     if after is not None:
-        latest = latest_version(spark, path)
+        latest = latest_version(spark, path) if latest is None else latest
         if latest <= after:
             return None
         if latest - after <= DIRECT_READS:
@@ -493,6 +503,8 @@ def max_stream_time(spark, path: str, after: int | None = None) -> int | None:
         history = _history_after(spark, path, after, latest)
     else:
         history = _history(spark, path)
+    if latest is not None:
+        history = history.where(F.col("version") <= latest)
     return (history.where(_meta("ttl") == "1")
             .select(F.max(_meta("stream_time").cast("bigint"))).first()[0])
 
@@ -503,9 +515,10 @@ def stream_time(spark, path: str, props: dict[str, str] | None = None,
     and the commits after the version the floor covers (every commit still in the log when
     it covers none). ``props``: the table's properties, if already read; ``latest``: the
     version they were read at (default the newest)."""
+    latest = latest_version(spark, path) if latest is None else latest
     floor, through = stream_time_floor(properties(spark, path) if props is None else props,
-                                       latest_version(spark, path) if latest is None else latest)
-    return recovered_stream_time(max_stream_time(spark, path, through), floor)
+                                       latest)
+    return recovered_stream_time(max_stream_time(spark, path, through, latest), floor)
 
 
 def properties(spark, path: str) -> dict[str, str]:

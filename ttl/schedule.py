@@ -90,7 +90,7 @@ class StoreJobs:
                     self.on_fatal(exc)
                 return None
             except (VacuumRefused, LogCleanupRefused) as exc:  # an expected wait, not a fault
-                log.warning("%s; %s", exc, exc.action)
+                log.warning("%s", exc.operator_message())
                 return None
             except Exception:  # noqa: BLE001 - logged; the next tick tries again
                 log.exception("%s failed; will retry at the next tick", what)
