@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.bench import big_state
+from tests.bench import big_state, compare
 from ttl import delta_log
 from ttl.clock import FixedClock
 from ttl.config import StoreConfig
@@ -54,8 +54,7 @@ def main() -> None:
     listed_once = delta_log.table_at
 
     def jvm_cpu_s() -> float:
-        fields = Path(f"/proc/{jvm_pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return compare._ticks(jvm_pid) / os.sysconf("SC_CLK_TCK")
 
     def jobs_since(t0_ms: int) -> int:
         found, it = 0, jobs.jobsList(None).iterator()
