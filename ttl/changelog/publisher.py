@@ -193,19 +193,24 @@ class Publisher:
         """The table's newest Delta version; ``ChangelogMismatch`` when the table is no
         longer the one this publisher was made for (removed or created again meanwhile:
         its versions would start below the progress and never be published)."""
-        return self._table_state()[0]
+        version, table_id = delta_log.position(self.spark, self.path)
+        self._check_table(version, table_id)
+        return version
 
     def _table_state(self) -> tuple[int, dict[str, str]]:
         """``table_version`` and the properties of that same version (one snapshot: a
         property read after the version may speak of commits past it)."""
         version, table_id, props = delta_log.identity(self.spark, self.path)
+        self._check_table(version, table_id)
+        return version, props
+
+    def _check_table(self, version: int, table_id: str) -> None:
         if version < 0 or table_id != self.table_id:
             what = "removed" if version < 0 else f"replaced (Delta table id {table_id})"
             raise ChangelogMismatch(
                 f"the table at {self.path} (Delta table id {self.table_id}) was {what} while "
                 f"its publisher ran: nothing more of it is published. Operator action: "
                 f"{continuity.RESTORE_ACTION}")
-        return version, props
 
     def publish(self, until: int | None = None) -> PublishResult:
         """Publish every version after the last published one, up to the table's (Delta)
