@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -118,17 +119,28 @@ def table_at(spark, path: str, version: int):
     snapshot = log_.getSnapshotAt(int(version), none, none, False)
     files = jvm.scala.jdk.javaapi.CollectionConverters.asScala(
         snapshot.allFiles().collectAsList()).toSeq()
+    with active_session(spark):
+        frame = log_.createDataFrame(snapshot, files, False, none)
+    return DataFrame(frame, spark)
+
+
+@contextmanager
+def active_session(spark) -> Iterator[None]:
+    """Make ``spark`` the JVM thread's active session for the block, then restore the one
+    before: Delta makes frames, and its transactions read their settings (a commit's
+    userMetadata among them), in the thread's active session, which may be another store's
+    (``DeltaStore.for_thread``)."""
+    jvm = spark.sparkContext._jvm
     sessions = getattr(jvm, "org.apache.spark.sql.classic.SparkSession")
     active = sessions.getActiveSession()
     sessions.setActiveSession(spark._jsparkSession)
     try:
-        frame = log_.createDataFrame(snapshot, files, False, none)
+        yield
     finally:
         if active.isDefined():
             sessions.setActiveSession(active.get())
         else:
             sessions.clearActiveSession()
-    return DataFrame(frame, spark)
 
 
 def position(spark, path: str) -> tuple[int, str]:

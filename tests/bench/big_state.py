@@ -17,10 +17,12 @@ For each size N, one table at a time (built, measured, removed):
 2. **open**: a ``DeltaStore`` opened on it (layout checks, stream-time recovery, the
    dead-letter table), as every command and the stream's start do.
 3. **batches** through ``DeltaStore.apply_batch``: ``--batches`` of 20 updates of stored
-   keys, as many of 20 new keys, and ``--w2-batches`` of ``--w2`` uniform updates (W2)
-   after one that is not reported (a table's first W2 batch is up to twice as slow as
-   the later ones: its plan's code compiled, every file's first deletion vector); the
-   median commit time of each kind, with its lookup and write phases, and W2's records/s.
+   keys, as many of 20 new keys (with ``--vs-delta-write``, as many pairs of 20 updates
+   written alternately by ttl's replace by position and by Delta's ``replaceWhere``),
+   and ``--w2-batches`` of ``--w2`` uniform updates (W2) after one that is not
+   reported (a table's first W2 batch is up to twice as slow as the later ones: its
+   plan's code compiled, every file's first deletion vector); the median commit time of
+   each kind, with its lookup and write phases, and W2's records/s.
 4. **sweeps**: the one that evicts the 1,000 due entries (its lateness measured apart, as
    the stream does after the batch), then one with nothing due. The store's bound on the
    earliest expiry is primed at open, as the stream's start does.
@@ -142,6 +144,25 @@ def _timed_batches(spark, store, keys: int, size: int, count: int, seed: int,
                 commits)}
 
 
+def _writes_alternated(spark, store, keys: int, count: int, seed: int) -> dict[str, float]:
+    """``count`` pairs of 20-update batches, the first of each written by ttl's replace by
+    position and the second by Delta's ``replaceWhere`` (``write.POSITIONAL_ENABLED``),
+    alternated in one process: each write's median commit and write phase."""
+    from ttl.store import write
+
+    figures: dict[str, list[float]] = {}
+    for i in range(count):
+        for name, on in (("positional", "true"), ("delta", "false")):
+            store.spark.conf.set(write.POSITIONAL_ENABLED, on)  # the store's own session
+            try:
+                one = _timed_batches(spark, store, keys, 20, 1, seed + 2 * i + (on == "false"))
+            finally:
+                store.spark.conf.unset(write.POSITIONAL_ENABLED)
+            for k in ("commit_s", "write_s"):
+                figures.setdefault(f"update20_{name}_{k}", []).append(one[k])
+    return {k: statistics.median(v) for k, v in figures.items()}
+
+
 def _jvm_heap_mb(spark) -> float:
     spark.sparkContext._jvm.java.lang.System.gc()  # what is held, not what is not yet freed
     runtime = spark.sparkContext._jvm.java.lang.Runtime.getRuntime()
@@ -164,6 +185,8 @@ def measure(spark, keys: int, args, layout: str) -> dict[str, float]:
         for name, new in (("update20", False), ("new20", True)):
             figures = _timed_batches(spark, store, keys, 20, args.batches, 1_000, new)
             out.update({f"{name}_{k}": v for k, v in figures.items() if k != "records_per_s"})
+        if args.vs_delta_write:
+            out.update(_writes_alternated(spark, store, keys, args.batches, 2_000))
         if args.trigger:
             for name, new in (("update20", False), ("new20", True)):
                 figures = _timed_batches(spark, store, keys, 20, args.batches, 3_000, new,
@@ -360,6 +383,9 @@ def main() -> None:
     parser.add_argument("--trigger", type=float, default=0.0,
                         help="Also run the 20-record batches this many seconds apart, as "
                              "the stream's trigger starts them (its default: 2).")
+    parser.add_argument("--vs-delta-write", action="store_true",
+                        help="Also run 20-update batches alternately with ttl's replace by "
+                             "position and Delta's replaceWhere, in one process.")
     parser.add_argument("--w2", type=int, default=100_000)
     parser.add_argument("--w2-batches", type=int, default=4)
     parser.add_argument("--dir", default=None, help="Where the tables go (default: /tmp).")

@@ -347,22 +347,29 @@ BATCHES = {
                  (b"kept", b"k", NOW + 3, (("ttl.ttl", b"1000"),))],
                 [(b"gone", b"put"), (b"kept", b"put"), (b"new", b"put")]),
 }
+BATCHES["positional"] = BATCHES["replace_removing"]  # ttl's replace by position of the same
 
 
 @pytest.mark.parametrize("batch_kind,deletion_vectors,folded_on",
                          [("merge", True, "driver"), ("replace_removing", True, "driver"),
                           ("replace_removing", False, "driver"), ("replace", True, "driver"),
+                          ("positional", True, "driver"),
                           ("replace_removing", True, "executors"),
                           ("replace_removing", True, "held"), ("merge", True, "held")])
 def test_a_batch_published_from_its_own_changes_equals_its_change_feed(
-        spark, kafka, table_path, batch_kind, deletion_vectors, folded_on):
+        spark, kafka, table_path, batch_kind, deletion_vectors, folded_on, monkeypatch):
     """``publish_known`` (no change-feed read) gives exactly the records the CDF path gives
     for the same version, in the same partitions: puts with user headers and per-record
     TTLs, deletes, expiries, whichever write made the version (a replace on a table without
     deletion vectors rewrites files and writes change files: delete + insert), and wherever
     the batch was folded (the executors' change rows are collected after the commit) or
     published from ("held": the executors' change rows stay there and each changelog
-    partition's producer there publishes them)."""
+    partition's producer there publishes them). ``positional``: ttl's replace by position
+    of a small batch (``ttl.store.positional``), whose change feed Delta reads from the
+    deletion vectors it wrote; the other kinds are Delta's writes."""
+    from ttl.store import write
+
+    monkeypatch.setattr(write, "positional_enabled", lambda _spark: batch_kind == "positional")
     store = make_store(spark, table_path, deletion_vectors=deletion_vectors)
     store.apply_records(recs((b"gone", b"v", NOW), (b"old", b"v", NOW - TTL + 10),
                              (b"kept", b"v", NOW)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from functools import partial
 
 import pytest
@@ -389,6 +390,7 @@ def test_a_batch_that_upserts_is_a_replace_and_gives_the_merges_table(spark, tmp
     removals = [InputRecord(b"k08", None, NOW + 2, (), 0, 111),
                 InputRecord(b"k09", None, NOW + 2, (), 0, 112)]
     tables, counts = {}, {}
+    monkeypatch.setattr(write, "positional_enabled", lambda _spark: False)  # Delta's writes
     for way in ("replace", "merge"):
         monkeypatch.setattr(write, "_REPLACE_SUPPORTED", way == "replace")
         path = str(tmp_path / way)
@@ -586,18 +588,30 @@ def test_a_commit_between_the_last_version_check_and_the_write_is_named(
     assert store.apply_records([InputRecord(b"c", b"v", NOW, (), 0, 2)]).unchecked is None
 
 
+def _named_write(spark, named_write: str, monkeypatch) -> None:
+    """A small batch's write that names its keys: ttl's replace by position, or Delta's."""
+    from ttl.store import write
+
+    monkeypatch.setattr(write, "positional_enabled",
+                        lambda _spark: named_write == "positional")
+
+
+@pytest.mark.parametrize("named_write", ["positional", "delta"])
 def test_a_key_in_a_file_without_key_hash_statistics_is_still_found_and_replaced(
-        spark, table_path):
+        spark, table_path, named_write, monkeypatch):
     """Lookups and small batches' writes skip files by their ``key_hash`` statistics; a
     file with none (written with statistics off, as by an older writer) or one covering the
     whole range is read, never skipped: the batch finds the stored key, replaces or removes
-    it, and the table keeps one row per key, whatever the file layout."""
+    it, and the table keeps one row per key, whatever the file layout. The same with either
+    write that names the keys: ttl's replace by position (``ttl.store.positional``) or
+    Delta's (``replaceWhere``, and a MERGE for a batch that only removes keys)."""
     import pyarrow as pa
 
     from ttl.store.layout import key_hashes
     from ttl.store.lookup import with_delta_rs, with_spark
     from ttl.timestamps import NO_TIMESTAMP
 
+    _named_write(spark, named_write, monkeypatch)
     store = make_store(spark, table_path)
     store.apply_records([InputRecord(b"wide%d" % i, b"v", NOW, (), 0, i) for i in range(50)])
     spark.conf.set("spark.databricks.delta.stats.collect", "false")
@@ -615,7 +629,8 @@ def test_a_key_in_a_file_without_key_hash_statistics_is_still_found_and_replaced
     # 2 of the 8 files can hold the two keys: the write names them (replaceWhere)
     result = store.apply_records([InputRecord(b"nostats", b"new", NOW + 1, (), 0, 60),
                                   InputRecord(b"wide7", b"new", NOW + 1, (), 0, 61)])
-    assert result.write == "replace_where" and result.counts.as_dict()["upserted"] == 2
+    assert result.counts.as_dict()["upserted"] == 2
+    assert result.write == {"delta": "replace_where"}.get(named_write, named_write)
     assert result.metrics["numDeletedRows"] == 2
     entries = store.entries(at=NO_TIMESTAMP)
     assert entries[b"nostats"].value == entries[b"wide7"].value == b"new"
@@ -624,16 +639,74 @@ def test_a_key_in_a_file_without_key_hash_statistics_is_still_found_and_replaced
     # a batch that only removes keys is a MERGE, whose ON clause names their hashes too
     removed = store.apply_records([InputRecord(b"wide8", None, NOW + 2, (), 0, 62),
                                    InputRecord(b"narrow3", None, NOW + 2, (), 0, 63)])
-    assert removed.write == "merge" and removed.rows_deleted == 2
-    assert removed.metrics["numTargetRowsDeleted"] == 2
+    assert removed.write == {"delta": "merge"}.get(named_write, named_write)
+    assert removed.rows_deleted == 2
+    assert removed.metrics[{"delta": "numTargetRowsDeleted"}.get(named_write,
+                                                                 "numDeletedRows")] == 2
     log = os.path.join(table_path, "_delta_log", f"{removed.version:020d}.json")
     with open(log) as commit_file:
         (info,) = [json.loads(line)["commitInfo"] for line in commit_file
                    if "commitInfo" in line]
     hashes = key_hashes(pa.array([b"wide8", b"narrow3"], pa.binary())).to_pylist()
-    assert all(f"= {h})" in info["operationParameters"]["predicate"] for h in hashes), info
+    assert all(re.search(rf"= {h}\b", info["operationParameters"]["predicate"])
+               for h in hashes), info
     entries = store.entries(at=NO_TIMESTAMP)
     assert b"wide8" not in entries and b"narrow3" not in entries and len(entries) == 55
+
+
+def test_a_replace_by_position_gives_the_table_and_change_feed_of_deltas_own(
+        spark, tmp_path, monkeypatch):
+    """ttl's replace by position (``ttl.store.positional``) and Delta's ``replaceWhere``,
+    given the same batches on two tables: the same rows, and per version the same change
+    data feed (a deleted row read from the difference between a file's old and new
+    deletion vectors, including a file whose vector grows a second time and a file whose
+    every row goes); a replay of a committed batch id commits nothing."""
+    from collections import Counter
+
+    from ttl.store import write
+    from ttl.timestamps import NO_TIMESTAMP
+
+    monkeypatch.setattr(write, "WRITE_PRUNE_SHARE", 2.0)  # a write that names its keys
+    batches = [
+        [InputRecord(b"k%03d" % i, b"v0", NOW, (), 0, i) for i in range(100)],
+        [InputRecord(b"solo", b"s", NOW, (), 0, 100)],  # a file of one row
+        [InputRecord(b"k001", b"v1", NOW + 1, (), 0, 101),
+         InputRecord(b"k002", b"v1", NOW + 1, (), 0, 102)],
+        [InputRecord(b"k003", b"v2", NOW + 2, (), 0, 103),   # the file's vector grows
+         InputRecord(b"k001", None, NOW + 2, (), 0, 104),    # the row batch 3 wrote
+         InputRecord(b"solo", None, NOW + 2, (), 0, 105)],   # its file's only row
+        [InputRecord(b"k004", None, NOW + 3, (), 0, 106)],   # removals only
+    ]
+
+    def run(named_write: str) -> tuple[dict, list, list[str]]:
+        path = str(tmp_path / named_write)
+        monkeypatch.setattr(write, "positional_enabled",
+                            lambda _spark: named_write == "positional")
+        store = make_store(spark, path, lookup="delta-rs")
+        kinds, changes = [], []
+        for i, records in enumerate(batches):
+            result = store.apply_records(records, txn=("t", i))
+            kinds.append(result.write)
+            feed = (spark.read.format("delta").option("readChangeFeed", "true")
+                    .option("startingVersion", result.version)
+                    .option("endingVersion", result.version).load(path).collect())
+            changes.append(Counter((r._change_type, bytes(r.key), bytes(r.value or b""))
+                                   for r in feed))
+        replay = store.apply_records(batches[-1], txn=("t", len(batches) - 1))
+        assert replay.write == "skipped" and replay.version == result.version
+        entries = {k: (e.value, e.ts) for k, e in store.entries(at=NO_TIMESTAMP).items()}
+        return entries, changes, kinds
+
+    mine, my_changes, my_kinds = run("positional")
+    theirs, their_changes, their_kinds = run("delta")
+    assert my_kinds == ["append", "append", "positional", "positional", "positional"]
+    assert their_kinds == ["append", "append", "replace_where", "replace_where", "merge"]
+    assert mine == theirs and len(mine) == 98 and mine[b"k002"][0] == b"v1"
+    assert my_changes == their_changes
+    assert my_changes[3] == Counter({("delete", b"k003", b"v0"): 1,
+                                     ("delete", b"k001", b"v1"): 1,
+                                     ("delete", b"solo", b"s"): 1,
+                                     ("insert", b"k003", b"v2"): 1})
 
 
 @pytest.mark.parametrize("path", ["delta-rs", "spark", "spark-join", "executors"])
@@ -651,6 +724,7 @@ def test_a_stored_row_sharing_a_batch_keys_hash_is_left_as_it_is(spark, table_pa
     from ttl.store.fold import records_table
 
     monkeypatch.setattr(write, "WRITE_PRUNE_SHARE", -1.0)  # the replace, never replaceWhere
+    monkeypatch.setattr(write, "positional_enabled", lambda _spark: False)  # nor ttl's
     from itertools import islice
 
     from ttl.store.lookup import LOOKUP_IN_LIST
@@ -689,13 +763,15 @@ def test_a_stored_row_sharing_a_batch_keys_hash_is_left_as_it_is(spark, table_pa
     assert len(rows) == len({bytes(r.key) for r in rows})
 
 
+@pytest.mark.parametrize("named_write", ["positional", "delta"])
 def test_a_small_batchs_write_names_its_keys_only_when_their_hashes_do_not_tell_them_apart(
-        spark, table_path, monkeypatch):
+        spark, table_path, monkeypatch, named_write):
     """A small batch's ``replaceWhere`` names only the changed keys' hashes when the lookup
     proved that they tell the keys' rows apart (``layout.hash_identifies_keys``), and no
     key then reaches the Delta log. With a row of key ``z`` planted with ``a``'s
     ``key_hash`` (a collision), the predicate names the keys too: updating and removing
-    ``a`` leaves ``z`` as it is."""
+    ``a`` leaves ``z`` as it is. The same for ttl's replace by position, which finds the
+    rows by the same predicate and records it."""
     import pyarrow as pa
     from pyspark.sql import functions as F
 
@@ -703,6 +779,8 @@ def test_a_small_batchs_write_names_its_keys_only_when_their_hashes_do_not_tell_
     from ttl.store.layout import key_hashes
 
     monkeypatch.setattr(write, "WRITE_PRUNE_SHARE", 2.0)  # replaceWhere whenever it may
+    _named_write(spark, named_write, monkeypatch)
+    kind = {"delta": "replace_where"}.get(named_write, named_write)
     store = make_store(spark, table_path, lookup="delta-rs")
 
     def predicate(version: int) -> str:
@@ -716,13 +794,13 @@ def test_a_small_batchs_write_names_its_keys_only_when_their_hashes_do_not_tell_
                          InputRecord(b"b", b"1", NOW, (), 0, 1)])
     plain = store.apply_records([InputRecord(b"b", b"2", NOW + 1, (), 0, 2)])
     assert (plain.write, plain.by_hash, plain.metrics["numDeletedRows"]) == (
-        "replace_where", True, 1)
+        kind, True, 1)
     (b_hash,) = key_hashes(pa.array([b"b"], pa.binary())).to_pylist()
     assert predicate(plain.version) == f"key_hash = {b_hash}"
     store.apply_records([InputRecord(b"c", b"1", NOW + 1, (), 0, 10)])
     both = store.apply_records([InputRecord(b"c", None, NOW + 2, (), 0, 11),
                                 InputRecord(b"b", b"2b", NOW + 2, (), 0, 12)])
-    assert (both.write, both.by_hash, both.rows_deleted) == ("replace_where", True, 1)
+    assert (both.write, both.by_hash, both.rows_deleted) == (kind, True, 1)
     assert both.metrics["numDeletedRows"] == 2  # c's row and b's old one
     assert "key IN" not in predicate(both.version)
     assert store.get(b"c") is None and store.get(b"b") == b"2b"
@@ -731,13 +809,13 @@ def test_a_small_batchs_write_names_its_keys_only_when_their_hashes_do_not_tell_
      .withColumn("key", F.lit(b"z")).withColumn("value", F.lit(b"planted"))
      .write.format("delta").mode("append").save(table_path))
     updated = store.apply_records([InputRecord(b"a", b"2", NOW + 2, (), 0, 3)])
-    assert (updated.write, updated.by_hash) == ("replace_where", False)
+    assert (updated.write, updated.by_hash) == (kind, False)
     assert updated.metrics["numDeletedRows"] == 1  # a's row, not z's
     assert f"key IN (X'{b'a'.hex()}')" in predicate(updated.version)
     removed = store.apply_records([InputRecord(b"a", None, NOW + 3, (), 0, 4),
                                    InputRecord(b"b", b"3", NOW + 3, (), 0, 5)])
     assert (removed.write, removed.by_hash, removed.rows_deleted) == (
-        "replace_where", False, 1)
+        kind, False, 1)
     rows = spark.read.format("delta").load(table_path).select("key", "value").collect()
     assert sorted((bytes(r.key), bytes(r.value)) for r in rows) == [(b"b", b"3"),
                                                                     (b"z", b"planted")]
@@ -775,7 +853,7 @@ def test_optimize_by_key_hash_gives_files_a_small_batch_can_skip(spark, table_pa
     assert store.entries(at=NO_TIMESTAMP) == before
     result = store.apply_records([InputRecord(b"k0007", b"new", NOW + 1, (), 0, 9000),
                                   InputRecord(b"k1234", None, NOW + 1, (), 0, 9001)])
-    assert result.write == "replace_where"
+    assert result.write == "positional"  # ttl's replace by position of the named keys
     entries = store.entries(at=NO_TIMESTAMP)
     assert entries[b"k0007"].value == b"new" and b"k1234" not in entries
     assert len(entries) == 1999

@@ -31,7 +31,7 @@ from ttl.timestamps import NO_TIMESTAMP
 pytestmark = pytest.mark.integration
 
 EXAMPLES = 300 if os.environ.get("TTL_LONG") else 18
-STORED_EXAMPLES = 100 if os.environ.get("TTL_LONG") else 8
+STORED_EXAMPLES = 100 if os.environ.get("TTL_LONG") else 10
 EXECUTOR_EXAMPLES = 60 if os.environ.get("TTL_LONG") else 7
 LOOKUPS = ("delta-rs", "spark-in", "spark-join")
 
@@ -63,7 +63,7 @@ def test_delta_store_equals_reference_model_after_every_batch(spark, tmp_path_fa
 @settings(max_examples=STORED_EXAMPLES, deadline=None, derandomize=True,
           phases=[Phase.explicit, Phase.generate],
           suppress_health_check=list(HealthCheck))
-@given(sem=semantics(), clock=CLOCKS, named=st.booleans(),
+@given(sem=semantics(), clock=CLOCKS, named=st.sampled_from((None, "delta", "positional")),
        layout=st.sampled_from(("both", None, "key_hash")),
        plan=st.sampled_from((KEYS, WIDE_KEYS[:15])).flatmap(
            lambda keys: seeded_batches(keys=keys, min_batches=1, max_batches=2,
@@ -73,18 +73,22 @@ def test_batches_over_stored_keys_equal_the_reference_model(spark, tmp_path_fact
     """The same check on batches whose keys are stored (a first batch puts them all): the
     updates, removals and expiries on arrival of stored rows, which the replace (or, for a
     batch that only removes keys, the MERGE) writes; or, ``named``, the writes that name
-    the batch's keys so Delta skips files (``replaceWhere``, or a DELETE), taken here
-    whatever the files' statistics say. With a ``layout``, the stored rows are first
+    the batch's keys so files are skipped, taken here whatever the files' statistics say:
+    Delta's (``replaceWhere``, or a MERGE whose condition names them) or ttl's replace by
+    position (``ttl.store.positional``), which the lookup's statistics allow after a
+    delta-rs lookup. With a ``layout``, the stored rows are first
     rewritten by OPTIMIZE into small files in that order (``maintenance.cluster_by``),
     so the later batches' keys sit in files of narrow ranges beside the appends' wide
     ones. The test above, from an empty table, mostly appends."""
     share, group_keys = write.WRITE_PRUNE_SHARE, ordering.GROUP_KEYS
     write.WRITE_PRUNE_SHARE = 1.0 if named else share
     ordering.GROUP_KEYS = 1  # expiry groups on these small tables (2-3 files: G = 2)
+    spark.conf.set(write.POSITIONAL_ENABLED, str(named == "positional").lower())
     try:
         _run_against_model(spark, tmp_path_factory, sem, clock, plan, "delta-rs", layout)
     finally:
         write.WRITE_PRUNE_SHARE, ordering.GROUP_KEYS = share, group_keys
+        spark.conf.unset(write.POSITIONAL_ENABLED)
 
 
 @settings(max_examples=EXECUTOR_EXAMPLES, deadline=None, derandomize=True,

@@ -158,6 +158,15 @@ class Lookup:
         self.reads["spark"] += 1
         return with_spark(spark, path, keys, version)
 
+    def files_at(self, path: str, version: int) -> pa.Table | None:
+        """The file statistics (delta-rs's flattened add actions) the lookup of ``path`` at
+        ``version`` read, when it read them and they hold ``key_hash`` bounds; else
+        ``None``."""
+        if self.statistics is None or self.statistics[:2] != (path, version):
+            return None
+        files = self.statistics[2]
+        return files if "min.key_hash" in files.column_names else None
+
     def share_to_read(self, path: str, version: int, keys: pa.Array) -> float | None:
         """``read_share`` of ``keys`` (up to ``PRUNE_KEYS``) in the table at ``version``,
         from the file statistics the lookup of that version read; ``None`` when unknown (a

@@ -27,6 +27,13 @@ Plan, per micro-batch (the records arrive as one Arrow table, the stream's one r
      names the changed keys' hashes (``hash_predicate``), so Delta reads only the files that
      can hold them; and the keys themselves too (``key_predicate``) unless the lookup proved
      that the hashes tell their rows apart (``WriteResult.by_hash``);
+   * ``positional`` instead of ``replace`` or ``replace_where`` (or ``merge``, below) for a
+     batch that changes at most ``lookup.PRUNE_KEYS`` keys, when its delta-rs lookup read
+     the files' statistics and the table is local with deletion vectors
+     (``ttl.store.positional``):
+     the same rows deleted and inserted, found by the driver in the row groups that can
+     hold them and committed through Delta's transaction with one Spark job (the insert)
+     where Delta's own write runs about ten (``POSITIONAL_ENABLED`` switches it off);
    * ``merge`` when every change removes a key (a replace needs a row to insert); under the
      same condition its ON clause names the keys' hashes too, so it skips files as well (a
      MERGE commits even when it matches nothing, which a DELETE would not: the batch's
@@ -64,6 +71,7 @@ from ttl.errors import StaleLookup
 from ttl.model import Counts, Semantics
 from ttl.names import EXPIRED_KEYS_SUFFIX, OP_DEAD_LETTERS, PROP_LAST_NOOP_BATCH, sibling
 from ttl.phases import BatchPhases
+from ttl.store import positional
 from ttl.store.fold import batch_keys, fold_table
 from ttl.store.layout import (
     ensure_expired_keys_table,
@@ -387,13 +395,18 @@ def key_predicate(hashed) -> str:
     return f"({hash_predicate(hashed)}) AND key IN ({keys})"
 
 
-def _prunes(spark, changes, share: float | None) -> bool:
-    """Whether the batch's write names its keys (``WRITE_PRUNE_SHARE``)."""
+def _names_keys(changes) -> bool:
+    """Whether a write may name the batch's changed keys: at most ``PRUNE_KEYS`` of them,
+    in at most ``WRITE_PRUNE_KEY_BYTES``."""
     import pyarrow.compute as pc
 
-    return (share is not None and share <= WRITE_PRUNE_SHARE
-            and changes.num_rows <= PRUNE_KEYS
-            and (pc.sum(pc.binary_length(changes["key"])).as_py() or 0) <= WRITE_PRUNE_KEY_BYTES
+    return (changes.num_rows <= PRUNE_KEYS
+            and (pc.sum(pc.binary_length(changes["key"])).as_py() or 0) <= WRITE_PRUNE_KEY_BYTES)
+
+
+def _prunes(spark, changes, share: float | None) -> bool:
+    """Whether Delta's write of the batch names its keys (``WRITE_PRUNE_SHARE``)."""
+    return (share is not None and share <= WRITE_PRUNE_SHARE and _names_keys(changes)
             and spark.conf.get(REPLACE_WHERE_ENABLED, "true").strip().lower() == "true")
 
 
@@ -409,6 +422,34 @@ def _replace_where(spark, path: str, changes, wall_ms: int, by_hash: bool = Fals
     predicate = hash_predicate(hashed) if by_hash else key_predicate(hashed)
     (frame(spark, _table_rows(hashed, wall_ms)).write.format("delta").mode("overwrite")
      .option("replaceWhere", predicate).save(path))
+
+
+#: The writes that may match stored rows by ``key_hash`` alone (``WriteResult.by_hash``).
+BY_HASH_WRITES = ("replace", "replace_where", "positional")
+#: ttl's own switch for the replace by position (``ttl.store.positional``) of a batch that
+#: would take ``replaceWhere`` (or a MERGE that names its keys); off, Delta's write runs.
+POSITIONAL_ENABLED = "spark.ttl.write.positional.enabled"
+
+
+def positional_enabled(spark) -> bool:
+    """Whether ``POSITIONAL_ENABLED`` is on (the default)."""
+    return spark.conf.get(POSITIONAL_ENABLED, "true").strip().lower() == "true"
+
+
+def _replace_by_position(spark, path: str, version: int, files, changes, wall_ms: int,
+                         by_hash: bool, txn: tuple[str, int] | None) -> None:
+    """``_replace_where``'s rows deleted and inserted, by ``ttl.store.positional``: the
+    same predicate finds the same rows (the keys' hashes, and the keys unless
+    ``by_hash``), read from the files the lookup's statistics name."""
+    import pyarrow.compute as pc
+
+    hashed = _hashed(changes)
+    hashes = pc.unique(hashed["key_hash"]).to_numpy()
+    touched = positional.find_rows(path, files, hashes, None if by_hash else hashed["key"])
+    predicate = hash_predicate(hashed) if by_hash else key_predicate(hashed)
+    rows = _table_rows(hashed, wall_ms)
+    positional.replace_by_position(spark, path, version, touched,
+                                   frame(spark, rows) if rows.num_rows else None, predicate, txn)
 
 
 def _upserts(changes) -> bool:
@@ -577,7 +618,7 @@ def commit_write(spark, path: str, result: WriteResult, meta: dict,
                 "engine), that write may be overwritten by the batch's",
                 path, first, last, result.version_before, written.read_version,
                 written.version)
-        logged = (REPLACE_METRICS if result.write in ("replace", "replace_where")
+        logged = (REPLACE_METRICS if result.write in BY_HASH_WRITES
                   else LOGGED_METRICS)
         result.metrics = {k: int(v) for k, v in written.metrics.items() if k in logged}
     else:
@@ -659,8 +700,13 @@ def write_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
         changes = folded.changes
         share = lookup.share_to_read(path, version_before, changes["key"])
         result.write = _write_kind(spark, changes, stored, share)
+        files = lookup.files_at(path, version_before)
+        if (result.write in ("replace", "replace_where", "merge") and files is not None
+                and _names_keys(changes) and positional_enabled(spark)
+                and positional.supported(spark, path, version_before)):
+            result.write = "positional"
         # The lookup found every stored row sharing a hash with a batch key (``Lookup``).
-        result.by_hash = result.write in ("replace", "replace_where") and hash_identifies_keys(
+        result.by_hash = result.write in BY_HASH_WRITES and hash_identifies_keys(
             keys, key_hashes(keys), stored["key"], stored["key_hash"])
         writes = {
             "append": lambda: _append(spark, path, changes, wall_ms),
@@ -669,6 +715,8 @@ def write_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
                                                     result.by_hash),
             "merge": lambda: _merge(spark, path, changes, wall_ms,
                                     named=_prunes(spark, changes, share)),
+            "positional": lambda: _replace_by_position(spark, path, version_before, files,
+                                                       changes, wall_ms, result.by_hash, txn),
             "empty": lambda: empty_commit(spark, path, final_meta, txn),
         }
         commit_write(spark, path, result, final_meta, txn, writes[result.write])

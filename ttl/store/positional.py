@@ -1,0 +1,240 @@
+"""A small batch's replace made by ttl: the stored rows it replaces deleted by their position.
+
+Delta's own replace of a few keys (``replaceWhere``, or ``replaceUsing`` where the files'
+statistics skip nothing) finds the rows to delete with Spark:
+file skipping on the log's state, then a scan of the candidate files with their row
+indexes, a join with the files' current deletion vectors, an aggregation per file, the
+vectors written, and two joins that put the files' statistics back on the new file entries:
+about ten Spark jobs, and the driver's planning between them, for 20 rows
+(docs/performance.md, "What a 20-update batch's write runs"). Here the same commit is made
+with one Spark job (the insert) and the driver's own reads:
+
+1. the files that may hold a changed key, from the ``key_hash`` statistics the batch's
+   lookup already read (delta-rs's add actions at the lookup's version);
+2. in each, the row groups whose ``key_hash`` statistics may hold one, read with pyarrow:
+   the physical row index of every row with a changed key's hash (and, unless the hashes
+   tell the keys apart, that key). A row a deletion vector already removed may be among
+   them: deleting it again changes nothing;
+3. in Delta's transaction at the lookup's version (so Delta's conflict checks apply to
+   every commit after it, the whole table counted as read): each touched file's deletion
+   vector, its old one (if any) and the new rows together, written with Delta's own
+   writer; the file's entry replaced by one that carries it (``AddFile.removeRows``, which
+   keeps the statistics and marks their bounds wide), or removed when no row is left; the
+   upserts' rows written by the transaction (``writeFiles``); the batch's idempotent id;
+   one commit.
+
+The commit has the same actions as Delta's ``replaceWhere`` with deletion vectors: Delta's
+change-data reader gives each removed row as a ``delete`` (the rows of the new vector that
+the old one did not hold) and each new row as an ``insert``. The rows deleted are exactly
+those ``replaceWhere`` with the same predicate deletes, and only they, however the files
+are laid out: a file is skipped only by statistics that exclude every key's hash. The
+model tests hold both paths to the reference model, and a test compares their tables and
+change feeds (``tests/integration/test_store.py``). Measured
+(``tests.bench.big_state --vs-delta-write``) in docs/performance.md.
+
+Used for a table on the local file system with deletion vectors enabled and no column
+mapping (the files' column names are the table's); otherwise, or when the lookup read no
+statistics, the batch takes ``replaceWhere``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from urllib.parse import unquote
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ttl import delta_log
+from ttl.store.lookup import local_path
+
+__all__ = ["find_rows", "replace_by_position", "supported"]
+
+
+def supported(spark, path: str, version: int) -> bool:
+    """Whether the table at ``version`` takes a replace by position: on the local file
+    system, deletion vectors enabled and writable, no column mapping."""
+    if local_path(path) is None:
+        return False
+    jvm = spark.sparkContext._jvm
+    none = jvm.scala.Option.empty()
+    snapshot = delta_log._jvm_log(spark, path).getSnapshotAt(int(version), none, none, False)
+    conf = snapshot.metadata().configuration()
+    mapping = conf.get("delta.columnMapping.mode")
+    if mapping.isDefined() and str(mapping.get()).lower() != "none":
+        return False
+    utils = getattr(getattr(jvm.org.apache.spark.sql.delta.commands, "DeletionVectorUtils$"),
+                    "MODULE$")
+    return bool(utils.deletionVectorsWritable(snapshot, none, none))
+
+
+def _column_index(metadata: pq.FileMetaData, name: str) -> int | None:
+    row_group = metadata.row_group(0)
+    for j in range(row_group.num_columns):
+        if row_group.column(j).path_in_schema == name:
+            return j
+    return None
+
+
+def _rows_in_file(file: str, hashes: np.ndarray, keys: pa.Array | None) -> np.ndarray:
+    """The physical row indexes of ``file``'s rows whose ``key_hash`` is one of ``hashes``
+    (and, with ``keys``, whose key is one of them), reading only the row groups whose
+    ``key_hash`` statistics may hold one."""
+    parquet = pq.ParquetFile(file)
+    metadata = parquet.metadata
+    if metadata.num_row_groups == 0:
+        return np.empty(0, np.int64)
+    column = _column_index(metadata, "key_hash")
+    wanted = pa.array(hashes, pa.int64())
+    columns = ["key_hash"] if keys is None else ["key_hash", "key"]
+    found, offset = [], 0
+    for i in range(metadata.num_row_groups):
+        group = metadata.row_group(i)
+        stats = group.column(column).statistics if column is not None else None
+        if (stats is None or not stats.has_min_max
+                or ((hashes >= stats.min) & (hashes <= stats.max)).any()):
+            rows = parquet.read_row_group(i, columns=columns)
+            mask = pc.is_in(rows["key_hash"], value_set=wanted)
+            if keys is not None:
+                mask = pc.and_(mask, pc.is_in(rows["key"], value_set=keys))
+            hit = np.flatnonzero(pc.fill_null(mask, False).to_numpy(zero_copy_only=False))
+            if hit.size:
+                found.append(hit.astype(np.int64) + offset)
+        offset += group.num_rows
+    return np.concatenate(found) if found else np.empty(0, np.int64)
+
+
+def find_rows(path: str, files: pa.Table, hashes: np.ndarray,
+              keys: pa.Array | None) -> dict[str, np.ndarray]:
+    """Per file of ``files`` (delta-rs's flattened add actions of the table at ``path``;
+    its ``path`` column relative to the table), the physical row indexes of its rows with
+    one of ``hashes`` (and one of ``keys``, unless ``None``): files whose ``key_hash``
+    statistics hold none of them are not opened; a file without them is."""
+    root = local_path(path)
+    low, high = files["min.key_hash"], files["max.key_hash"]
+    known = pc.and_(pc.is_valid(low), pc.is_valid(high)).to_numpy(zero_copy_only=False)
+    low = pc.fill_null(low, 0).to_numpy().astype(np.int64)
+    high = pc.fill_null(high, 0).to_numpy().astype(np.int64)
+    may = ((low[:, None] <= hashes[None, :]) & (hashes[None, :] <= high[:, None])).any(axis=1)
+    touched = {}
+    for i in np.flatnonzero(may | ~known):
+        relative = files["path"][int(i)].as_py()
+        rows = _rows_in_file(os.path.join(root, unquote(relative)), hashes, keys)
+        if rows.size:
+            touched[relative] = rows
+    return touched
+
+
+def replace_by_position(spark, path: str, version: int, touched: dict[str, np.ndarray],
+                        rows, predicate: str, txn: tuple[str, int] | None) -> bool:
+    """Commit, on the table at ``version``: ``touched``'s rows (``find_rows``) deleted and
+    ``rows`` (a DataFrame in the table's columns; ``None``: none) inserted, with the
+    idempotent ``txn``; the commit's userMetadata from the session
+    (``commit.commit_settings``). ``predicate`` is
+    recorded as the write's, as ``replaceWhere`` records it. Returns False, committing
+    nothing, when ``txn`` was already committed (a replay). Run in ``spark`` as the
+    thread's active session: Delta's transaction reads its settings there."""
+    with delta_log.active_session(spark):
+        return _commit(spark, path, version, touched, rows, predicate, txn)
+
+
+def _commit(spark, path: str, version: int, touched: dict[str, np.ndarray], rows,
+            predicate: str, txn: tuple[str, int] | None) -> bool:
+    jvm = spark.sparkContext._jvm
+    delta = jvm.org.apache.spark.sql.delta
+    option, none = jvm.scala.Option, jvm.scala.Option.empty()
+    seq = jvm.scala.jdk.javaapi.CollectionConverters
+    log_ = delta_log._jvm_log(spark, path)
+    snapshot = log_.getSnapshotAt(int(version), none, none, False)
+    transaction = log_.startTransaction(none, option.apply(snapshot))
+    if txn is not None and transaction.txnVersion(txn[0]) >= txn[1]:
+        return False
+    transaction.readWholeTable()
+    actions = jvm.java.util.ArrayList()
+    now = int(time.time() * 1000)
+    if txn is not None:
+        # A Python int this large reaches the JVM as a Long (Option[Long] needs one).
+        actions.add(delta.actions.SetTransaction(txn[0], int(txn[1]), option.apply(now)))
+    deleted = (_deletion_vectors(spark, log_, snapshot, transaction, touched, now, actions)
+               if touched else 0)
+    _register_metrics(spark, transaction, {"numDeletedRows": deleted,
+                                           "numAddedChangeFiles": 0})
+    if rows is not None:
+        for action in seq.asJava(transaction.writeFiles(rows._jdf)):
+            actions.add(action)
+    mode = jvm.org.apache.spark.sql.SaveMode.Overwrite
+    operation = getattr(delta, "DeltaOperations$Write")(
+        mode, none, option.apply(predicate), none, none, none, none, none, none)
+    transaction.commit(seq.asScala(actions).toSeq(), operation)
+    return True
+
+
+def _register_metrics(spark, transaction, values: dict[str, int]) -> None:
+    """Give the commit's ``operationMetrics`` these values, as Delta's own writes do (the
+    batch line logs ``numDeletedRows``)."""
+    jvm = spark.sparkContext._jvm
+    metrics = getattr(getattr(jvm.scala.collection.immutable, "Map$"), "MODULE$").empty()
+    for name, value in values.items():
+        metric = jvm.org.apache.spark.sql.execution.metric.SQLMetrics.createMetric(
+            spark.sparkContext._jsc.sc(), name)
+        metric.set(int(value))
+        metrics = metrics.updated(name, metric)
+    transaction.registerSQLMetrics(spark._jsparkSession, metrics)
+
+
+def _deletion_vectors(spark, log_, snapshot, transaction, touched: dict[str, np.ndarray],
+                      now: int, actions) -> int:
+    """Add to ``actions`` each touched file's entry with its new deletion vector (its old
+    rows and ``touched``'s), and the removal of its old entry, written in one vector file;
+    returns how many rows it deleted that were not deleted before."""
+    jvm = spark.sparkContext._jvm
+    delta = jvm.org.apache.spark.sql.delta
+    functions = jvm.org.apache.spark.sql.functions
+    option, none = jvm.scala.Option, jvm.scala.Option.empty()
+    wanted = {unquote(p): p for p in touched}  # delta-rs's paths may be decoded
+    names = jvm.java.util.ArrayList()
+    for name in set(touched) | set(wanted):
+        names.add(name)
+    olds = list(snapshot.allFiles().where(functions.col("path").isInCollection(names))
+                .collectAsList())
+    missing = set(wanted) - {unquote(str(add.path())) for add in olds}
+    if missing:
+        raise RuntimeError(f"{log_.dataPath()}: files {sorted(missing)[:3]} of version "
+                           f"{snapshot.version()} are not in Delta's snapshot")
+    transaction.trackFilesRead(jvm.scala.jdk.javaapi.CollectionConverters.asScala(olds).toSeq())
+    store = delta.storage.dv.HadoopFileSystemDVStore(log_.newDeltaHadoopConf())
+    utils = delta.util.Utils
+    prefix = utils.getRandomPrefix(utils.getRandomPrefixLength(transaction.metadata()))
+    created = delta.commands.DeletionVectorWriter.createWriter(
+        store, store.pathWithFileSystem(log_.dataPath()), prefix)
+    writer, file_id = created._1(), created._2()
+    portable = delta.deletionvectors.RoaringBitmapArrayFormat.Portable()
+    deleted = 0
+    try:
+        for add in olds:
+            rows = touched[wanted[unquote(str(add.path()))]]
+            old = add.deletionVector()
+            bitmap = (store.read(old, log_.dataPath()) if old is not None
+                      else delta.deletionvectors.RoaringBitmapArray())
+            before = bitmap.cardinality()
+            for row in rows.tolist():
+                bitmap.add(row)
+            cardinality = bitmap.cardinality()
+            deleted += cardinality - before
+            data = bitmap.serializeAsByteArray(portable)
+            written = writer.write(data)
+            vector = delta.actions.DeletionVectorDescriptor.onDiskWithRelativePath(
+                file_id, prefix, len(data), cardinality, option.apply(written.offset()), none)
+            physical = add.numPhysicalRecords()
+            if physical.isDefined() and int(physical.get()) == cardinality:
+                actions.add(add.removeWithTimestamp(now, True))  # no row left
+            else:
+                pair = add.removeRows(vector, True, True)
+                actions.add(pair._1())
+                actions.add(pair._2())
+    finally:
+        writer.close()
+    return deleted
