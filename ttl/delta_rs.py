@@ -113,12 +113,20 @@ def read_object(path: str, options: Mapping[str, str] | None) -> bytes:
     the environment, as delta-rs does), through Arrow's S3 client: a file of a table's log
     that delta-rs reads but does not hand out, such as a version's checksum. A missing
     object raises ``FileNotFoundError``."""
-    from pyarrow import fs
-
-    options = dict(options or {})
     parsed = urlparse(path)
     if parsed.scheme not in S3_SCHEMES:
         raise ValueError(f"{path}: not an S3 path")
+    with s3_filesystem(options).open_input_stream(f"{parsed.netloc}{parsed.path}") as stream:
+        return stream.read()
+
+
+def s3_filesystem(options: Mapping[str, str] | None):
+    """Arrow's S3 client with the storage options delta-rs gets (``storage_options``:
+    endpoint, region, plain HTTP, keys; what they leave out from the environment, as
+    delta-rs does); its paths are ``bucket/key``."""
+    from pyarrow import fs
+
+    options = dict(options or {})
     settings: dict[str, object] = {}
     endpoint = options.get("AWS_ENDPOINT_URL")
     if endpoint:  # and a region, as delta-rs assumes: else the SDK asks EC2's metadata
@@ -130,6 +138,4 @@ def read_object(path: str, options: Mapping[str, str] | None) -> bytes:
                       ("AWS_REGION", "region")):
         if options.get(name):
             settings[arg] = options[name]
-    s3 = fs.S3FileSystem(**settings)
-    with s3.open_input_stream(f"{parsed.netloc}{parsed.path}") as stream:
-        return stream.read()
+    return fs.S3FileSystem(**settings)

@@ -78,6 +78,14 @@ class StaleLookup(TtlError):
               "operator's job in a loop?) and stop it; the batch runs again on restart.")
 
 
+class PositionalUnsupported(TtlError):
+    """A batch cannot be written by position (``ttl.store.positional``): a file it touches
+    has no row count in its statistics, or Delta's snapshot and delta-rs's disagree on the
+    files. Raised before anything is written; the batch takes Delta's write instead."""
+
+    action = "none: the batch is written by Delta's own write instead."
+
+
 class ChangeFeedGone(TtlError):
     """Versions the publisher has not published have no change data any more (a VACUUM, or
     the log's retention, removed it): they cannot be published one by one."""

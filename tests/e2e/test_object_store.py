@@ -287,8 +287,9 @@ def test_a_stream_runs_on_the_object_store_as_the_documented_profile_says(
     """``conf/s3-local.toml`` as written (its endpoint moved to the suite's server, its
     broker to the suite's): ``ttl run`` applies a batch and sweeps, every table on S3, the
     changelog gets the puts and the tombstones, a second run's lookups read the stored rows
-    with delta-rs, ``ttl get`` / ``ttl status`` read the store through delta-rs with the
-    profile's S3A settings, and a restore drill rebuilds it on S3 from the changelog."""
+    with delta-rs and its writes replace them by position, ``ttl get`` / ``ttl status``
+    read the store through delta-rs with the profile's S3A settings, and a restore drill
+    rebuilds it on S3 from the changelog."""
     name = f"s3e2e{uuid.uuid4().hex[:8]}"
     bucket = object_store.create_bucket(name).removeprefix("s3a://")
     text = (REPO_ROOT / "conf" / "s3-local.toml").read_text()
@@ -328,6 +329,9 @@ def test_a_stream_runs_on_the_object_store_as_the_documented_profile_says(
                if '"lookups"' in line]
     assert batches and all(b["lookups"].get("delta-rs") and "spark" not in b["lookups"]
                            for b in batches if b["records_in"]), batches  # read on S3
+    # three stored keys updated: ttl's replace by position, the rows found in the table's
+    # files through Arrow's S3 client, the deletion vectors written through S3A
+    assert {b["write"] for b in batches if b["records_in"]} == {"positional"}, batches
     got = ttl("get", "k1", "--conf", str(profile), "-o", "json", timeout=120, env=env)
     assert got.returncode == 0 and json.loads(got.stdout)["value"] == "w1", got.stderr[-2000:]
     got = ttl("get", "k3", "--conf", str(profile), "-o", "json", timeout=120, env=env)

@@ -83,12 +83,13 @@ def test_batches_over_stored_keys_equal_the_reference_model(spark, tmp_path_fact
     share, group_keys = write.WRITE_PRUNE_SHARE, ordering.GROUP_KEYS
     write.WRITE_PRUNE_SHARE = 1.0 if named else share
     ordering.GROUP_KEYS = 1  # expiry groups on these small tables (2-3 files: G = 2)
-    spark.conf.set(write.POSITIONAL_ENABLED, str(named == "positional").lower())
+    enabled = write.positional_enabled  # the store writes in a session of its own
+    write.positional_enabled = lambda _spark: named == "positional"
     try:
         _run_against_model(spark, tmp_path_factory, sem, clock, plan, "delta-rs", layout)
     finally:
         write.WRITE_PRUNE_SHARE, ordering.GROUP_KEYS = share, group_keys
-        spark.conf.unset(write.POSITIONAL_ENABLED)
+        write.positional_enabled = enabled
 
 
 @settings(max_examples=EXECUTOR_EXAMPLES, deadline=None, derandomize=True,

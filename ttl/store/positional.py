@@ -32,36 +32,45 @@ model tests hold both paths to the reference model, and a test compares their ta
 change feeds (``tests/integration/test_store.py``). Measured
 (``tests.bench.big_state --vs-delta-write``) in docs/performance.md.
 
-Used for a table on the local file system with deletion vectors enabled and no column
-mapping (the files' column names are the table's); otherwise, or when the lookup read no
-statistics, the batch takes ``replaceWhere``.
+Used for a table on the local file system or on S3 (its files read with the lookup's
+delta-rs storage options, through Arrow's S3 client) with deletion vectors enabled and no
+column mapping (the files' column names are the table's); otherwise, or when the lookup
+read no statistics, the batch takes Delta's write.
 """
 
 from __future__ import annotations
 
-import os
 import time
-from urllib.parse import unquote
+from urllib.parse import quote, unquote, urlparse
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ttl import delta_log
+from ttl import delta_log, delta_rs
+from ttl.errors import PositionalUnsupported
+from ttl.names import S3_SCHEMES
 from ttl.store.lookup import local_path
 
 __all__ = ["find_rows", "replace_by_position", "supported"]
 
 
-def supported(spark, path: str, version: int) -> bool:
+def supported(spark, path: str, version: int, files: pa.Table,
+              options: dict[str, str] | None = None) -> bool:
     """Whether the table at ``version`` takes a replace by position: on the local file
-    system, deletion vectors enabled and writable, no column mapping."""
-    if local_path(path) is None:
+    system, or on S3 with delta-rs's storage ``options`` (the lookup's), deletion vectors
+    enabled and writable, no column mapping, and Delta's snapshot holding as many files as
+    delta-rs's ``files`` (its add actions at ``version``), which the rows are looked for
+    in."""
+    if local_path(path) is None and (options is None
+                                     or urlparse(path).scheme not in S3_SCHEMES):
         return False
     jvm = spark.sparkContext._jvm
     none = jvm.scala.Option.empty()
     snapshot = delta_log._jvm_log(spark, path).getSnapshotAt(int(version), none, none, False)
+    if int(snapshot.numOfFiles()) != files.num_rows:
+        return False
     conf = snapshot.metadata().configuration()
     mapping = conf.get("delta.columnMapping.mode")
     if mapping.isDefined() and str(mapping.get()).lower() != "none":
@@ -79,11 +88,14 @@ def _column_index(metadata: pq.FileMetaData, name: str) -> int | None:
     return None
 
 
-def _rows_in_file(file: str, hashes: np.ndarray, keys: pa.Array | None) -> np.ndarray:
+def _rows_in_file(file: str, hashes: np.ndarray, keys: pa.Array | None,
+                  filesystem=None) -> np.ndarray:
     """The physical row indexes of ``file``'s rows whose ``key_hash`` is one of ``hashes``
     (and, with ``keys``, whose key is one of them), reading only the row groups whose
-    ``key_hash`` statistics may hold one."""
-    parquet = pq.ParquetFile(file)
+    ``key_hash`` statistics may hold one (on S3: a read of the footer, then one of each
+    such row group's columns)."""
+    parquet = pq.ParquetFile(file if filesystem is None
+                             else filesystem.open_input_file(file))
     metadata = parquet.metadata
     if metadata.num_row_groups == 0:
         return np.empty(0, np.int64)
@@ -107,24 +119,45 @@ def _rows_in_file(file: str, hashes: np.ndarray, keys: pa.Array | None) -> np.nd
     return np.concatenate(found) if found else np.empty(0, np.int64)
 
 
-def find_rows(path: str, files: pa.Table, hashes: np.ndarray,
-              keys: pa.Array | None) -> dict[str, np.ndarray]:
-    """Per file of ``files`` (delta-rs's flattened add actions of the table at ``path``;
-    its ``path`` column relative to the table), the physical row indexes of its rows with
-    one of ``hashes`` (and one of ``keys``, unless ``None``): files whose ``key_hash``
-    statistics hold none of them are not opened; a file without them is."""
+def _file(root: str, path: str, remote: bool) -> str:
+    """The file of an add action's ``path``, relative to the table (URL-encoded in Delta's
+    log) or absolute (a URI): a local path, or (``remote``) S3's ``bucket/key``."""
+    parsed = urlparse(path)
+    if parsed.scheme:
+        return unquote(f"{parsed.netloc}{parsed.path}" if remote else parsed.path)
+    return f"{root.rstrip('/')}/{unquote(path)}"
+
+
+def find_rows(path: str, files: pa.Table, hashes: np.ndarray, keys: pa.Array | None,
+              options: dict[str, str] | None = None) -> dict[str, np.ndarray]:
+    """Per file of ``files`` (delta-rs's flattened add actions of the table at ``path``),
+    the physical row indexes of its rows with one of ``hashes`` (and one of ``keys``,
+    unless ``None``): files whose ``key_hash`` statistics hold none of them are not
+    opened; a file without them is. A table on S3 is read with delta-rs's storage
+    ``options``. Raises ``PositionalUnsupported`` when a file with such a row has no row
+    count in its statistics (written without them): its entry with a deletion vector
+    needs one, which Delta's own write reads from the file."""
     root = local_path(path)
+    filesystem = None
+    if root is None:
+        parsed = urlparse(path)
+        root, filesystem = f"{parsed.netloc}{parsed.path}", delta_rs.s3_filesystem(options)
     low, high = files["min.key_hash"], files["max.key_hash"]
     known = pc.and_(pc.is_valid(low), pc.is_valid(high)).to_numpy(zero_copy_only=False)
     low = pc.fill_null(low, 0).to_numpy().astype(np.int64)
     high = pc.fill_null(high, 0).to_numpy().astype(np.int64)
     may = ((low[:, None] <= hashes[None, :]) & (hashes[None, :] <= high[:, None])).any(axis=1)
+    counted = (pc.is_valid(files["num_records"]).to_numpy(zero_copy_only=False)
+               if "num_records" in files.column_names else np.zeros(files.num_rows, bool))
     touched = {}
     for i in np.flatnonzero(may | ~known):
-        relative = files["path"][int(i)].as_py()
-        rows = _rows_in_file(os.path.join(root, unquote(relative)), hashes, keys)
+        name = files["path"][int(i)].as_py()
+        rows = _rows_in_file(_file(root, name, filesystem is not None), hashes, keys,
+                             filesystem)
         if rows.size:
-            touched[relative] = rows
+            if not counted[i]:
+                raise PositionalUnsupported(f"{name} has no row count in its statistics")
+            touched[name] = rows
     return touched
 
 
@@ -194,16 +227,19 @@ def _deletion_vectors(spark, log_, snapshot, transaction, touched: dict[str, np.
     delta = jvm.org.apache.spark.sql.delta
     functions = jvm.org.apache.spark.sql.functions
     option, none = jvm.scala.Option, jvm.scala.Option.empty()
-    wanted = {unquote(p): p for p in touched}  # delta-rs's paths may be decoded
+    wanted = {unquote(p): p for p in touched}  # either reader's paths, encoded or not
     names = jvm.java.util.ArrayList()
-    for name in set(touched) | set(wanted):
+    for name in set(touched) | set(wanted) | {quote(p, safe="/:") for p in wanted}:
         names.add(name)
     olds = list(snapshot.allFiles().where(functions.col("path").isInCollection(names))
                 .collectAsList())
     missing = set(wanted) - {unquote(str(add.path())) for add in olds}
-    if missing:
-        raise RuntimeError(f"{log_.dataPath()}: files {sorted(missing)[:3]} of version "
-                           f"{snapshot.version()} are not in Delta's snapshot")
+    if missing or len(olds) != len(wanted):
+        raise PositionalUnsupported(f"files {sorted(missing)[:3]} of version {snapshot.version()} "
+                          f"are not in Delta's snapshot as delta-rs listed them")
+    uncounted = [str(add.path()) for add in olds if not add.numPhysicalRecords().isDefined()]
+    if uncounted:  # find_rows checked delta-rs's row counts; this is Delta's
+        raise PositionalUnsupported(f"{uncounted[0]} has no row count in Delta's snapshot")
     transaction.trackFilesRead(jvm.scala.jdk.javaapi.CollectionConverters.asScala(olds).toSeq())
     store = delta.storage.dv.HadoopFileSystemDVStore(log_.newDeltaHadoopConf())
     utils = delta.util.Utils
@@ -223,18 +259,19 @@ def _deletion_vectors(spark, log_, snapshot, transaction, touched: dict[str, np.
             for row in rows.tolist():
                 bitmap.add(row)
             cardinality = bitmap.cardinality()
+            if cardinality == before:
+                continue  # its rows were deleted already: the file stays as it is
             deleted += cardinality - before
+            if int(add.numPhysicalRecords().get()) == cardinality:
+                actions.add(add.removeWithTimestamp(now, True))  # no row left
+                continue
             data = bitmap.serializeAsByteArray(portable)
             written = writer.write(data)
             vector = delta.actions.DeletionVectorDescriptor.onDiskWithRelativePath(
                 file_id, prefix, len(data), cardinality, option.apply(written.offset()), none)
-            physical = add.numPhysicalRecords()
-            if physical.isDefined() and int(physical.get()) == cardinality:
-                actions.add(add.removeWithTimestamp(now, True))  # no row left
-            else:
-                pair = add.removeRows(vector, True, True)
-                actions.add(pair._1())
-                actions.add(pair._2())
+            pair = add.removeRows(vector, True, True)
+            actions.add(pair._1())
+            actions.add(pair._2())
     finally:
         writer.close()
     return deleted

@@ -67,7 +67,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from ttl import commit, delta_log
-from ttl.errors import StaleLookup
+from ttl.errors import PositionalUnsupported, StaleLookup
 from ttl.model import Counts, Semantics
 from ttl.names import EXPIRED_KEYS_SUFFIX, OP_DEAD_LETTERS, PROP_LAST_NOOP_BATCH, sibling
 from ttl.phases import BatchPhases
@@ -436,20 +436,53 @@ def positional_enabled(spark) -> bool:
     return spark.conf.get(POSITIONAL_ENABLED, "true").strip().lower() == "true"
 
 
-def _replace_by_position(spark, path: str, version: int, files, changes, wall_ms: int,
-                         by_hash: bool, txn: tuple[str, int] | None) -> None:
-    """``_replace_where``'s rows deleted and inserted, by ``ttl.store.positional``: the
-    same predicate finds the same rows (the keys' hashes, and the keys unless
-    ``by_hash``), read from the files the lookup's statistics name."""
+def _positional_rows(spark, path: str, version: int, lookup: Lookup, changes, kind: str,
+                     by_hash: bool) -> dict | None:
+    """The stored rows a replace by position (``ttl.store.positional``) of the batch would
+    delete (``positional.find_rows``), when it may take one instead of Delta's ``kind``:
+    a replace or a MERGE of at most ``PRUNE_KEYS`` keys (``_names_keys``), after a lookup
+    that read the files' statistics at ``version``, on a table that supports it; else
+    ``None``."""
     import pyarrow.compute as pc
 
-    hashed = _hashed(changes)
-    hashes = pc.unique(hashed["key_hash"]).to_numpy()
-    touched = positional.find_rows(path, files, hashes, None if by_hash else hashed["key"])
-    predicate = hash_predicate(hashed) if by_hash else key_predicate(hashed)
-    rows = _table_rows(hashed, wall_ms)
-    positional.replace_by_position(spark, path, version, touched,
-                                   frame(spark, rows) if rows.num_rows else None, predicate, txn)
+    if kind not in ("replace", "replace_where", "merge") or not _names_keys(changes):
+        return None
+    files = lookup.files_at(path, version)
+    if (files is None or not positional_enabled(spark)
+            or not positional.supported(spark, path, version, files, lookup.options)):
+        return None
+    hashes = pc.unique(key_hashes(changes["key"])).to_numpy()
+    try:
+        return positional.find_rows(path, files, hashes, None if by_hash else changes["key"],
+                                    lookup.options)
+    except PositionalUnsupported as exc:
+        log.info("%s: Delta's write instead of a replace by position: %s", path, exc)
+        return None
+
+
+def _by_position(spark, path: str, version: int, changes, wall_ms: int,
+                 txn: tuple[str, int] | None, touched: dict, result: WriteResult,
+                 by_hash: bool, delta_write: Callable[[], None]) -> Callable[[], None]:
+    """The write of ``_replace_where``'s rows, deleted and inserted by
+    ``positional.replace_by_position``: ``touched`` found by the same predicate (the keys'
+    hashes, and the keys unless ``by_hash``), which the commit records. Should Delta's
+    snapshot not hold a file ``touched`` names (it and delta-rs disagree), ``delta_write``
+    (the write Delta would have made) instead, which ``result`` then names."""
+    kind, delta_by_hash = result.write, result.by_hash
+
+    def write() -> None:
+        hashed = _hashed(changes)
+        predicate = hash_predicate(hashed) if by_hash else key_predicate(hashed)
+        rows = _table_rows(hashed, wall_ms)
+        try:
+            positional.replace_by_position(
+                spark, path, version, touched, frame(spark, rows) if rows.num_rows else None,
+                predicate, txn)
+        except PositionalUnsupported as exc:  # raised before anything is written
+            log.warning("%s: Delta's write instead of a replace by position: %s", path, exc)
+            result.write, result.by_hash = kind, delta_by_hash
+            delta_write()
+    return write
 
 
 def _upserts(changes) -> bool:
@@ -700,14 +733,10 @@ def write_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
         changes = folded.changes
         share = lookup.share_to_read(path, version_before, changes["key"])
         result.write = _write_kind(spark, changes, stored, share)
-        files = lookup.files_at(path, version_before)
-        if (result.write in ("replace", "replace_where", "merge") and files is not None
-                and _names_keys(changes) and positional_enabled(spark)
-                and positional.supported(spark, path, version_before)):
-            result.write = "positional"
         # The lookup found every stored row sharing a hash with a batch key (``Lookup``).
-        result.by_hash = result.write in BY_HASH_WRITES and hash_identifies_keys(
-            keys, key_hashes(keys), stored["key"], stored["key_hash"])
+        identifies = hash_identifies_keys(keys, key_hashes(keys), stored["key"],
+                                          stored["key_hash"])
+        result.by_hash = result.write in BY_HASH_WRITES and identifies
         writes = {
             "append": lambda: _append(spark, path, changes, wall_ms),
             "replace": lambda: _replace(spark, path, changes, wall_ms, result.by_hash),
@@ -715,10 +744,15 @@ def write_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
                                                     result.by_hash),
             "merge": lambda: _merge(spark, path, changes, wall_ms,
                                     named=_prunes(spark, changes, share)),
-            "positional": lambda: _replace_by_position(spark, path, version_before, files,
-                                                       changes, wall_ms, result.by_hash, txn),
             "empty": lambda: empty_commit(spark, path, final_meta, txn),
         }
+        touched = _positional_rows(spark, path, version_before, lookup, changes, result.write,
+                                   identifies)
+        if touched is not None:
+            writes["positional"] = _by_position(spark, path, version_before, changes, wall_ms,
+                                                txn, touched, result, identifies,
+                                                writes[result.write])
+            result.write, result.by_hash = "positional", identifies
         commit_write(spark, path, result, final_meta, txn, writes[result.write])
     if keep_changes and result.applied and result.version == version_before + 1:
         result.changes = changes.select(["kind", "key", "value", "ts", "headers", "record_ttl"])
