@@ -662,7 +662,9 @@ def test_a_replace_by_position_gives_the_table_and_change_feed_of_deltas_own(
     given the same batches on two tables: the same rows, and per version the same change
     data feed (a deleted row read from the difference between a file's old and new
     deletion vectors, including a file whose vector grows a second time and a file whose
-    every row goes); a replay of a committed batch id commits nothing."""
+    every row goes), for a few keys (recorded as ``replaceWhere`` records its predicate)
+    and for more (as ``replaceUsing`` records its columns); a replay of a committed batch
+    id commits nothing."""
     from collections import Counter
 
     from ttl.store import write
@@ -678,6 +680,8 @@ def test_a_replace_by_position_gives_the_table_and_change_feed_of_deltas_own(
          InputRecord(b"k001", None, NOW + 2, (), 0, 104),    # the row batch 3 wrote
          InputRecord(b"solo", None, NOW + 2, (), 0, 105)],   # its file's only row
         [InputRecord(b"k004", None, NOW + 3, (), 0, 106)],   # removals only
+        [InputRecord(b"k%03d" % i, None if i % 10 == 0 else b"v4", NOW + 4, (), 0, 200 + i)
+         for i in range(10, 40)],  # more keys than a write names: the replace's
     ]
 
     def run(named_write: str) -> tuple[dict, list, list[str]]:
@@ -701,9 +705,12 @@ def test_a_replace_by_position_gives_the_table_and_change_feed_of_deltas_own(
 
     mine, my_changes, my_kinds = run("positional")
     theirs, their_changes, their_kinds = run("delta")
-    assert my_kinds == ["append", "append", "positional", "positional", "positional"]
-    assert their_kinds == ["append", "append", "replace_where", "replace_where", "merge"]
-    assert mine == theirs and len(mine) == 98 and mine[b"k002"][0] == b"v1"
+    assert my_kinds == ["append", "append", "positional", "positional", "positional",
+                        "positional"]
+    assert their_kinds == ["append", "append", "replace_where", "replace_where", "merge",
+                           "replace"]
+    assert mine == theirs and len(mine) == 95 and mine[b"k002"][0] == b"v1"
+    assert mine[b"k011"][0] == b"v4" and b"k020" not in mine
     assert my_changes == their_changes
     assert my_changes[3] == Counter({("delete", b"k003", b"v0"): 1,
                                      ("delete", b"k001", b"v1"): 1,

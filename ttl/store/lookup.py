@@ -102,8 +102,8 @@ class Lookup:
         self.fell_back = False
         self.failures = 0  # delta-rs failures in a row
         self.reads: Counter[str] = Counter()  # lookups per reader (tests, the bench)
-        #: The file statistics the last delta-rs lookup of a small batch read: (path,
-        #: version, delta-rs's flattened add actions), for the write's own file skipping.
+        #: The file statistics the last delta-rs lookup read: (path, version, delta-rs's
+        #: flattened add actions), for the write's own file skipping.
         self.statistics: tuple[str, int, pa.Table] | None = None
         self.warned_deadlock = False
 
@@ -306,18 +306,19 @@ def with_delta_rs(path: str, keys: pa.Array, version: int,
     batches and matched to ``keys``' hashes (``HashSet`` of ``key_hash`` on the driver: the
     rows of every key sharing a hash with one of ``keys``) ``MATCH_ROWS`` at a time; a
     small batch reads only the files that can hold its keys, when that skips files
-    (``PRUNE_KEYS``, ``PRUNE_SHARE``). For a small batch, the file statistics it read are
+    (``PRUNE_KEYS``, ``PRUNE_SHARE``). The file statistics (delta-rs's add actions) are
     appended to ``statistics`` (the write skips files by them too). ``must_prune``: read
     only if that skips all but fewer than ``DELTA_RS_MAX_DV_FILES`` files, else ``None``."""
     from deltalake import DeltaTable, QueryBuilder
 
     table = DeltaTable(path, version=version, storage_options=options)
     pruning = None
-    if len(keys) <= PRUNE_KEYS:
+    if len(keys) <= PRUNE_KEYS or statistics is not None:
         files = pa.table(table.get_add_actions(flatten=True))
-        pruning = _pruning(files, keys)
         if statistics is not None:
             statistics.append(files)
+    if len(keys) <= PRUNE_KEYS:
+        pruning = _pruning(files, keys)
         if must_prune and (pruning is None
                            or files_to_read(files, keys) >= DELTA_RS_MAX_DV_FILES):
             return None

@@ -1,13 +1,15 @@
-"""A small batch's replace made by ttl: the stored rows it replaces deleted by their position.
+"""A batch's replace made by ttl: the stored rows it replaces deleted by their position.
 
-Delta's own replace of a few keys (``replaceWhere``, or ``replaceUsing`` where the files'
-statistics skip nothing) finds the rows to delete with Spark:
-file skipping on the log's state, then a scan of the candidate files with their row
-indexes, a join with the files' current deletion vectors, an aggregation per file, the
-vectors written, and two joins that put the files' statistics back on the new file entries:
-about ten Spark jobs, and the driver's planning between them, for 20 rows
-(docs/performance.md, "What a 20-update batch's write runs"). Here the same commit is made
-with one Spark job (the insert) and the driver's own reads:
+Delta's own replace of a batch's keys (``replaceWhere``, or ``replaceUsing`` where the
+files' statistics skip nothing) finds the rows to delete with Spark: file skipping on the
+log's state, then a scan of the candidate files with their row indexes, a join with the
+files' current deletion vectors, an aggregation per file, the vectors written, and two
+joins that put the files' statistics back on the new file entries: about ten Spark jobs,
+and the driver's planning between them, even for 20 rows (docs/performance.md, "What a
+20-update batch's write runs"). Here the same commit is made with two small Spark jobs
+(the touched files' entries from the snapshot's state, the insert) and the driver's own
+reads, for batches of up to ``write.POSITIONAL_KEYS`` changed keys (past that the
+driver's read of the files, on one core, costs more than Spark's scan):
 
 1. the files that may hold a changed key, from the ``key_hash`` statistics the batch's
    lookup already read (delta-rs's add actions at the lookup's version);
@@ -80,6 +82,13 @@ def supported(spark, path: str, version: int, files: pa.Table,
     return bool(utils.deletionVectorsWritable(snapshot, none, none))
 
 
+def _holds(hashes: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """For each range [low, high], whether one of the sorted ``hashes`` falls in it (a
+    search per range, not a comparison per hash: a batch may hold 100k keys)."""
+    return (np.searchsorted(hashes, high, side="right")
+            > np.searchsorted(hashes, low, side="left"))
+
+
 def _column_index(metadata: pq.FileMetaData, name: str) -> int | None:
     row_group = metadata.row_group(0)
     for j in range(row_group.num_columns):
@@ -107,7 +116,7 @@ def _rows_in_file(file: str, hashes: np.ndarray, keys: pa.Array | None,
         group = metadata.row_group(i)
         stats = group.column(column).statistics if column is not None else None
         if (stats is None or not stats.has_min_max
-                or ((hashes >= stats.min) & (hashes <= stats.max)).any()):
+                or _holds(hashes, np.array([stats.min]), np.array([stats.max]))[0]):
             rows = parquet.read_row_group(i, columns=columns)
             mask = pc.is_in(rows["key_hash"], value_set=wanted)
             if keys is not None:
@@ -146,7 +155,8 @@ def find_rows(path: str, files: pa.Table, hashes: np.ndarray, keys: pa.Array | N
     known = pc.and_(pc.is_valid(low), pc.is_valid(high)).to_numpy(zero_copy_only=False)
     low = pc.fill_null(low, 0).to_numpy().astype(np.int64)
     high = pc.fill_null(high, 0).to_numpy().astype(np.int64)
-    may = ((low[:, None] <= hashes[None, :]) & (hashes[None, :] <= high[:, None])).any(axis=1)
+    hashes = np.sort(hashes)
+    may = _holds(hashes, low, high)
     counted = (pc.is_valid(files["num_records"]).to_numpy(zero_copy_only=False)
                if "num_records" in files.column_names else np.zeros(files.num_rows, bool))
     touched = {}
@@ -162,20 +172,22 @@ def find_rows(path: str, files: pa.Table, hashes: np.ndarray, keys: pa.Array | N
 
 
 def replace_by_position(spark, path: str, version: int, touched: dict[str, np.ndarray],
-                        rows, predicate: str, txn: tuple[str, int] | None) -> bool:
+                        rows, predicate: str | None, txn: tuple[str, int] | None,
+                        using: str | None = None) -> bool:
     """Commit, on the table at ``version``: ``touched``'s rows (``find_rows``) deleted and
     ``rows`` (a DataFrame in the table's columns; ``None``: none) inserted, with the
     idempotent ``txn``; the commit's userMetadata from the session
     (``commit.commit_settings``). ``predicate`` is
-    recorded as the write's, as ``replaceWhere`` records it. Returns False, committing
+    recorded as the write's, as ``replaceWhere`` records it; or ``using``, the columns
+    rows were matched by, as ``replaceUsing`` records them. Returns False, committing
     nothing, when ``txn`` was already committed (a replay). Run in ``spark`` as the
     thread's active session: Delta's transaction reads its settings there."""
     with delta_log.active_session(spark):
-        return _commit(spark, path, version, touched, rows, predicate, txn)
+        return _commit(spark, path, version, touched, rows, predicate, txn, using)
 
 
 def _commit(spark, path: str, version: int, touched: dict[str, np.ndarray], rows,
-            predicate: str, txn: tuple[str, int] | None) -> bool:
+            predicate: str | None, txn: tuple[str, int] | None, using: str | None) -> bool:
     jvm = spark.sparkContext._jvm
     delta = jvm.org.apache.spark.sql.delta
     option, none = jvm.scala.Option, jvm.scala.Option.empty()
@@ -200,9 +212,19 @@ def _commit(spark, path: str, version: int, touched: dict[str, np.ndarray], rows
             actions.add(action)
     mode = jvm.org.apache.spark.sql.SaveMode.Overwrite
     operation = getattr(delta, "DeltaOperations$Write")(
-        mode, none, option.apply(predicate), none, none, none, none, none, none)
+        mode, none, option.apply(predicate), none, none, none, none, none, option.apply(using))
     transaction.commit(seq.asScala(actions).toSeq(), operation)
     return True
+
+
+def _longs(spark, rows: np.ndarray):
+    """``rows`` as a JVM ``Seq[Long]``, handed over as one byte array (a call per row
+    would cost a round trip to the JVM each)."""
+    jvm = spark.sparkContext._jvm
+    array = spark.sparkContext._gateway.new_array(jvm.long, len(rows))
+    (jvm.java.nio.ByteBuffer.wrap(rows.astype("<i8").tobytes())
+     .order(jvm.java.nio.ByteOrder.LITTLE_ENDIAN).asLongBuffer().get(array))
+    return jvm.scala.collection.immutable.ArraySeq.unsafeWrapArray(array)
 
 
 def _register_metrics(spark, transaction, values: dict[str, int]) -> None:
@@ -256,8 +278,7 @@ def _deletion_vectors(spark, log_, snapshot, transaction, touched: dict[str, np.
             bitmap = (store.read(old, log_.dataPath()) if old is not None
                       else delta.deletionvectors.RoaringBitmapArray())
             before = bitmap.cardinality()
-            for row in rows.tolist():
-                bitmap.add(row)
+            bitmap.addAll(_longs(spark, rows))
             cardinality = bitmap.cardinality()
             if cardinality == before:
                 continue  # its rows were deleted already: the file stays as it is
