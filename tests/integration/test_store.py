@@ -456,6 +456,7 @@ def test_a_batch_that_conflicts_with_an_operators_commit_runs_again(spark, table
     from ttl.store import write as writes
 
     monkeypatch.setattr(writes, "_REPLACE_SUPPORTED", write == "replace")
+    monkeypatch.setattr(writes, "positional_enabled", lambda _spark: False)  # Delta's
     store = make_store(spark, table_path, ttl=None)
     keys = [b"k%02d" % i for i in range(20)]
     store.apply_records([InputRecord(k, b"v0", NOW, (), 0, i)
@@ -516,6 +517,37 @@ def test_a_batch_that_conflicts_with_an_operators_commit_runs_again(spark, table
     assert rows == len(keys) + 1  # one row per key (gone<last> or gone0)
     entries = store.entries()
     assert {k: entries[k].value for k in keys[1:]} == {k: b"v%d" % batch for k in keys[1:]}
+
+
+def test_a_replace_by_position_that_conflicts_with_an_operators_commit_runs_again(
+        spark, table_path, monkeypatch):
+    """An operator's UPDATE of one of the batch's files commits inside the replace by
+    position's transaction (planted there, after its deletion vectors are written and
+    before its commit): Delta's conflict checks, against every commit after the lookup's
+    version, abort it; the batch runs again on the new version and keeps the operator's
+    other change."""
+    from ttl.store import positional
+
+    store = make_store(spark, table_path, ttl=None)
+    store.apply_records([InputRecord(b"k%d" % i, b"v0", NOW, (), 0, i) for i in range(10)])
+    register, planted = positional._register_metrics, []
+
+    def operator_first(*args, **kwargs):
+        if not planted:
+            planted.append(1)
+            spark.newSession().sql(f"UPDATE delta.`{table_path}` SET value = X'6f70' "
+                                   f"WHERE key = X'{b'k5'.hex()}'")  # in the same file
+        return register(*args, **kwargs)
+
+    monkeypatch.setattr(positional, "_register_metrics", operator_first)
+    result = store.apply_records([InputRecord(b"k1", b"v1", NOW + 1, (), 0, 20),
+                                  InputRecord(b"k2", b"v1", NOW + 1, (), 0, 21)])
+    assert planted and result.retries == 1 and result.write == "positional"
+    entries = store.entries()
+    assert len(entries) == 10 and entries[b"k1"].value == entries[b"k2"].value == b"v1"
+    assert entries[b"k5"].value == b"op"  # the operator's, not overwritten
+    rows = spark.read.format("delta").load(table_path)
+    assert rows.count() == rows.select("key").distinct().count() == 10
 
 
 def test_a_commit_between_the_lookup_and_the_write_makes_the_batch_look_up_again(
@@ -716,6 +748,33 @@ def test_a_replace_by_position_gives_the_table_and_change_feed_of_deltas_own(
                                      ("delete", b"k001", b"v1"): 1,
                                      ("delete", b"solo", b"s"): 1,
                                      ("insert", b"k003", b"v2"): 1})
+
+
+def test_a_replace_by_position_refused_in_its_commit_leaves_the_batch_to_deltas_write(
+        spark, table_path, monkeypatch, caplog):
+    """Should Delta's snapshot refuse what the replace by position found (a file it does
+    not list as delta-rs did, one without a row count), before anything is written, the
+    batch is Delta's write instead: one commit, named by the batch line as Delta's."""
+    import logging
+
+    from ttl.errors import PositionalUnsupported
+    from ttl.store import positional, write
+
+    monkeypatch.setattr(write, "WRITE_PRUNE_SHARE", 2.0)  # Delta's would be replaceWhere
+    store = make_store(spark, table_path, lookup="delta-rs")
+    store.apply_records([InputRecord(b"k%d" % i, b"v", NOW, (), 0, i) for i in range(10)])
+
+    def refuse(*_args, **_kwargs):
+        raise PositionalUnsupported("planted: not in Delta's snapshot")
+
+    monkeypatch.setattr(positional, "_deletion_vectors", refuse)
+    with caplog.at_level(logging.WARNING, logger="ttl.store.write"):
+        result = store.apply_records([InputRecord(b"k3", b"new", NOW + 1, (), 0, 20)])
+    assert (result.write, result.by_hash) == ("replace_where", True)
+    assert result.version == result.version_before + 1 and result.metrics["numDeletedRows"] == 1
+    assert any("planted" in r.getMessage() for r in caplog.records)
+    entries = store.entries()
+    assert len(entries) == 10 and entries[b"k3"].value == b"new"
 
 
 @pytest.mark.parametrize("path", ["delta-rs", "spark", "spark-join", "executors"])

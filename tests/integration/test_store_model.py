@@ -74,17 +74,19 @@ def test_batches_over_stored_keys_equal_the_reference_model(spark, tmp_path_fact
     updates, removals and expiries on arrival of stored rows, which the replace (or, for a
     batch that only removes keys, the MERGE) writes; or, ``named``, the writes that name
     the batch's keys so files are skipped, taken here whatever the files' statistics say:
-    Delta's (``replaceWhere``, or a MERGE whose condition names them) or ttl's replace by
-    position (``ttl.store.positional``), which the lookup's statistics allow after a
-    delta-rs lookup. With a ``layout``, the stored rows are first
-    rewritten by OPTIMIZE into small files in that order (``maintenance.cluster_by``),
+    Delta's (``"delta"``: ``replaceWhere``, or a MERGE whose condition names them) or
+    ttl's replace by position (``"positional"``, ``ttl.store.positional``), which the
+    lookup's statistics allow after a delta-rs lookup; ``None``: the default choice (the
+    replace by position, also where Delta's write would be its replace). With a
+    ``layout``, the stored rows are first rewritten by OPTIMIZE into small files in that
+    order (``maintenance.cluster_by``),
     so the later batches' keys sit in files of narrow ranges beside the appends' wide
     ones. The test above, from an empty table, mostly appends."""
     share, group_keys = write.WRITE_PRUNE_SHARE, ordering.GROUP_KEYS
     write.WRITE_PRUNE_SHARE = 1.0 if named else share
     ordering.GROUP_KEYS = 1  # expiry groups on these small tables (2-3 files: G = 2)
     enabled = write.positional_enabled  # the store writes in a session of its own
-    write.positional_enabled = lambda _spark: named == "positional"
+    write.positional_enabled = lambda _spark: named != "delta"  # None: as by default
     try:
         _run_against_model(spark, tmp_path_factory, sem, clock, plan, "delta-rs", layout)
     finally:

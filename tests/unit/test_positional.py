@@ -56,3 +56,21 @@ def test_a_file_to_touch_without_a_row_count_is_refused(tmp_path):
     with pytest.raises(PositionalUnsupported, match="a.parquet has no row count"):
         positional.find_rows(str(tmp_path), files, np.array([3], np.int64), None)
     assert positional.find_rows(str(tmp_path), files, np.array([9], np.int64), None) == {}
+
+
+def test_unsorted_hashes_find_rows_in_narrow_files_and_count_what_they_read(tmp_path):
+    """A batch's hashes come in any order; files and row groups of narrow ``key_hash``
+    ranges (a table clustered by it) are each read only when one falls in their range, and
+    ``rows_to_read`` counts the rows of those files (all of the table's, twice, when one
+    without a row count may hold one: past any bound)."""
+    for n in range(4):  # four files of 100 rows, hashes n*1000 .. n*1000+99
+        _file(tmp_path / f"{n}.parquet", list(range(n * 1000, n * 1000 + 100)),
+              [b"k%d" % (n * 1000 + i) for i in range(100)], group_rows=10)
+    files = _actions([(f"{n}.parquet", 100, n * 1000, n * 1000 + 99) for n in range(4)])
+    wanted = np.array([3005, 7, 1099, 3000], np.int64)
+    found = positional.find_rows(str(tmp_path), files, wanted, None)
+    assert {k: v.tolist() for k, v in found.items()} == {
+        "0.parquet": [7], "1.parquet": [99], "3.parquet": [0, 5]}
+    assert positional.rows_to_read(files, wanted) == 300
+    unknown = _actions([("0.parquet", 100, 0, 99), ("x.parquet", None, None, None)])
+    assert positional.rows_to_read(unknown, np.array([7], np.int64)) == 200

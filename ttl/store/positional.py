@@ -15,8 +15,11 @@ driver's read of the files, on one core, costs more than Spark's scan):
    lookup already read (delta-rs's add actions at the lookup's version);
 2. in each, the row groups whose ``key_hash`` statistics may hold one, read with pyarrow:
    the physical row index of every row with a changed key's hash (and, unless the hashes
-   tell the keys apart, that key). A row a deletion vector already removed may be among
-   them: deleting it again changes nothing;
+   tell the keys apart, one of the keys: so a row whose ``key_hash`` is not its own
+   key's, written beside the engine, goes too when its hash is another changed key's,
+   where Delta's ``replaceUsing``, matching pairs, would leave it beside the new row). A
+   row a deletion vector already removed may be among them: deleting it again changes
+   nothing;
 3. in Delta's transaction at the lookup's version (so Delta's conflict checks apply to
    every commit after it, the whole table counted as read): each touched file's deletion
    vector, its old one (if any) and the new rows together, written with Delta's own
@@ -43,6 +46,7 @@ read no statistics, the batch takes Delta's write.
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import quote, unquote, urlparse
 
 import numpy as np
@@ -55,7 +59,7 @@ from ttl.errors import PositionalUnsupported
 from ttl.names import S3_SCHEMES
 from ttl.store.lookup import local_path
 
-__all__ = ["find_rows", "replace_by_position", "supported"]
+__all__ = ["find_rows", "replace_by_position", "rows_to_read", "supported"]
 
 
 def supported(spark, path: str, version: int, files: pa.Table,
@@ -109,12 +113,14 @@ def _rows_in_file(file: str, hashes: np.ndarray, keys: pa.Array | None,
     if metadata.num_row_groups == 0:
         return np.empty(0, np.int64)
     column = _column_index(metadata, "key_hash")
+    if column is None:
+        raise PositionalUnsupported(f"{file} has no key_hash column")
     wanted = pa.array(hashes, pa.int64())
     columns = ["key_hash"] if keys is None else ["key_hash", "key"]
     found, offset = [], 0
     for i in range(metadata.num_row_groups):
         group = metadata.row_group(i)
-        stats = group.column(column).statistics if column is not None else None
+        stats = group.column(column).statistics
         if (stats is None or not stats.has_min_max
                 or _holds(hashes, np.array([stats.min]), np.array([stats.max]))[0]):
             rows = parquet.read_row_group(i, columns=columns)
@@ -137,6 +143,35 @@ def _file(root: str, path: str, remote: bool) -> str:
     return f"{root.rstrip('/')}/{unquote(path)}"
 
 
+def _candidates(files: pa.Table, hashes: np.ndarray) -> np.ndarray:
+    """Which of ``files`` (delta-rs's flattened add actions) may hold one of the sorted
+    ``hashes`` by their ``key_hash`` statistics; a file without them may hold any."""
+    low, high = files["min.key_hash"], files["max.key_hash"]
+    known = pc.and_(pc.is_valid(low), pc.is_valid(high)).to_numpy(zero_copy_only=False)
+    low = pc.fill_null(low, 0).to_numpy().astype(np.int64)
+    high = pc.fill_null(high, 0).to_numpy().astype(np.int64)
+    return _holds(hashes, low, high) | ~known
+
+
+def rows_to_read(files: pa.Table, hashes: np.ndarray) -> int:
+    """How many rows the files that may hold one of ``hashes`` have (a file without a row
+    count counts as unknown: all of the table's rows), which ``find_rows`` reads the
+    ``key_hash`` of (less the row groups their statistics skip)."""
+    if not files.num_rows:
+        return 0
+    counts = (pc.fill_null(files["num_records"], -1).to_numpy()
+              if "num_records" in files.column_names else np.full(files.num_rows, -1))
+    held = counts[_candidates(files, np.sort(hashes))]
+    if (held < 0).any():
+        return int(max(counts.clip(min=0).sum(), 1) * 2)  # unknown: as if more than all
+    return int(held.sum())
+
+
+#: ``find_rows`` reads this many files at a time (on S3 each is a footer read and ranged
+#: reads, one after another; Arrow releases the GIL while it reads and decodes).
+READERS = 8
+
+
 def find_rows(path: str, files: pa.Table, hashes: np.ndarray, keys: pa.Array | None,
               options: dict[str, str] | None = None) -> dict[str, np.ndarray]:
     """Per file of ``files`` (delta-rs's flattened add actions of the table at ``path``),
@@ -146,28 +181,25 @@ def find_rows(path: str, files: pa.Table, hashes: np.ndarray, keys: pa.Array | N
     ``options``. Raises ``PositionalUnsupported`` when a file with such a row has no row
     count in its statistics (written without them): its entry with a deletion vector
     needs one, which Delta's own write reads from the file."""
-    root = local_path(path)
-    filesystem = None
+    root, filesystem = local_path(path), None
     if root is None:
         parsed = urlparse(path)
         root, filesystem = f"{parsed.netloc}{parsed.path}", delta_rs.s3_filesystem(options)
-    low, high = files["min.key_hash"], files["max.key_hash"]
-    known = pc.and_(pc.is_valid(low), pc.is_valid(high)).to_numpy(zero_copy_only=False)
-    low = pc.fill_null(low, 0).to_numpy().astype(np.int64)
-    high = pc.fill_null(high, 0).to_numpy().astype(np.int64)
     hashes = np.sort(hashes)
-    may = _holds(hashes, low, high)
-    counted = (pc.is_valid(files["num_records"]).to_numpy(zero_copy_only=False)
-               if "num_records" in files.column_names else np.zeros(files.num_rows, bool))
-    touched = {}
-    for i in np.flatnonzero(may | ~known):
-        name = files["path"][int(i)].as_py()
-        rows = _rows_in_file(_file(root, name, filesystem is not None), hashes, keys,
-                             filesystem)
-        if rows.size:
-            if not counted[i]:
-                raise PositionalUnsupported(f"{name} has no row count in its statistics")
-            touched[name] = rows
+    counted = dict(zip(files["path"].to_pylist(),
+                       (pc.is_valid(files["num_records"]).to_numpy(zero_copy_only=False)
+                        if "num_records" in files.column_names
+                        else np.zeros(files.num_rows, bool)), strict=True))
+    names = [files["path"][int(i)].as_py() for i in np.flatnonzero(_candidates(files, hashes))]
+    with ThreadPoolExecutor(READERS) as pool:
+        found = pool.map(lambda name: _rows_in_file(_file(root, name, filesystem is not None),
+                                                    hashes, keys, filesystem), names)
+        touched = {}
+        for name, rows in zip(names, found, strict=True):
+            if rows.size:
+                if not counted[name]:
+                    raise PositionalUnsupported(f"{name} has no row count in its statistics")
+                touched[name] = rows
     return touched
 
 

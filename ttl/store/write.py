@@ -79,7 +79,7 @@ from ttl.store.layout import (
     key_hashes,
     set_properties,
 )
-from ttl.store.lookup import PRUNE_KEYS, Lookup
+from ttl.store.lookup import PRUNE_KEYS, STATISTICS_KEYS, Lookup
 
 __all__ = ["WriteResult", "append_dead_letters", "append_expired_keys", "append_rows",
            "at_stable_version", "commit_write", "empty_commit", "final_metadata",
@@ -431,13 +431,18 @@ BY_HASH_WRITES = ("replace", "replace_where", "positional")
 POSITIONAL_ENABLED = "spark.ttl.write.positional.enabled"
 
 
-#: A replace by position for a batch of at most this many changed keys. The driver reads
-#: the ``key_hash`` column of every file that can hold one, on one core, where Delta's
-#: replace scans the whole table in Spark's tasks: measured, write phase, ttl's against
-#: Delta's, median of 4 alternated pairs (2026-11-30): on 1M keys in 10 files, 1,000
-#: updates 0.45 against 1.05 s, 10,000 0.90 against 1.10 s, 100,000 1.76 against 1.46 s;
-#: on 10M keys in 100 files, 10,000 updates 1.08 against 1.61 s.
-POSITIONAL_KEYS = 10_000
+#: A replace by position for a batch of at most this many changed keys
+#: (``lookup.STATISTICS_KEYS``), in files of at most ``POSITIONAL_ROWS`` rows that can
+#: hold them. The driver reads their ``key_hash`` column, where Delta's replace scans the
+#: table in Spark's tasks: measured, write phase, ttl's against Delta's, median of 4
+#: alternated pairs (2026-11-30): on 1M keys in 10 files, 1,000 updates 0.45 against
+#: 1.05 s, 10,000 0.90 against 1.10 s, 100,000 1.76 against 1.46 s; on 10M keys in 100
+#: files, 10,000 updates (every file read) 1.08 against 1.61 s.
+POSITIONAL_KEYS = STATISTICS_KEYS
+#: See ``POSITIONAL_KEYS``: past this many rows in the files that can hold the batch's keys
+#: (by their statistics: every file of a table whose files each span the whole ``key_hash``
+#: range), Delta's write, whose scan runs in Spark's tasks.
+POSITIONAL_ROWS = 10_000_000
 
 
 def positional_enabled(spark) -> bool:
@@ -456,16 +461,21 @@ def _positional_rows(spark, path: str, version: int, lookup: Lookup, changes, ki
     if kind not in ("replace", "replace_where", "merge") or changes.num_rows > POSITIONAL_KEYS:
         return None
     files = lookup.files_at(path, version)
-    if (files is None or not positional_enabled(spark)
-            or not positional.supported(spark, path, version, files, lookup.options)):
+    if files is None or not positional_enabled(spark):
         return None
     hashes = pc.unique(key_hashes(changes["key"])).to_numpy()
     try:
+        if (not positional.supported(spark, path, version, files, lookup.options)
+                or positional.rows_to_read(files, hashes) > POSITIONAL_ROWS):
+            return None
         return positional.find_rows(path, files, hashes, None if by_hash else changes["key"],
                                     lookup.options)
     except PositionalUnsupported as exc:
         log.info("%s: Delta's write instead of a replace by position: %s", path, exc)
-        return None
+    except Exception as exc:  # noqa: BLE001 - nothing written yet: Delta's write is safe
+        log.warning("%s: Delta's write instead of a replace by position, which failed to "
+                    "read the files: %s: %s", path, type(exc).__name__, exc)
+    return None
 
 
 def _by_position(spark, path: str, version: int, changes, wall_ms: int,
@@ -746,8 +756,8 @@ def write_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
         share = lookup.share_to_read(path, version_before, changes["key"])
         result.write = _write_kind(spark, changes, stored, share)
         # The lookup found every stored row sharing a hash with a batch key (``Lookup``).
-        identifies = hash_identifies_keys(keys, key_hashes(keys), stored["key"],
-                                          stored["key_hash"])
+        identifies = result.write in ("replace", "replace_where", "merge") and (
+            hash_identifies_keys(keys, key_hashes(keys), stored["key"], stored["key_hash"]))
         result.by_hash = result.write in BY_HASH_WRITES and identifies
         writes = {
             "append": lambda: _append(spark, path, changes, wall_ms),
