@@ -31,7 +31,7 @@ from ttl.timestamps import NO_TIMESTAMP
 pytestmark = pytest.mark.integration
 
 EXAMPLES = 300 if os.environ.get("TTL_LONG") else 18
-STORED_EXAMPLES = 100 if os.environ.get("TTL_LONG") else 10
+STORED_EXAMPLES = 100 if os.environ.get("TTL_LONG") else 8
 EXECUTOR_EXAMPLES = 60 if os.environ.get("TTL_LONG") else 7
 LOOKUPS = ("delta-rs", "spark-in", "spark-join")
 
