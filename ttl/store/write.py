@@ -32,8 +32,9 @@ Plan, per micro-batch (the records arrive as one Arrow table, the stream's one r
      the files' statistics and the table (local or on S3) has deletion vectors
      (``ttl.store.positional``):
      the same rows deleted and inserted, found by the driver in the row groups that can
-     hold them and committed through Delta's transaction with one Spark job (the insert)
-     where Delta's own write runs about ten (``POSITIONAL_ENABLED`` switches it off);
+     hold them and committed through Delta's transaction with two small Spark jobs (the
+     touched files' entries, the insert) where Delta's own write runs about ten
+     (``POSITIONAL_ENABLED`` switches it off);
    * ``merge`` when every change removes a key (a replace needs a row to insert); under the
      same condition its ON clause names the keys' hashes too, so it skips files as well (a
      MERGE commits even when it matches nothing, which a DELETE would not: the batch's
@@ -427,7 +428,7 @@ def _replace_where(spark, path: str, changes, wall_ms: int, by_hash: bool = Fals
 #: The writes that may match stored rows by ``key_hash`` alone (``WriteResult.by_hash``).
 BY_HASH_WRITES = ("replace", "replace_where", "positional")
 #: ttl's own switch for the replace by position (``ttl.store.positional``) of a batch that
-#: would take ``replaceWhere`` (or a MERGE that names its keys); off, Delta's write runs.
+#: Delta would write with its replace, ``replaceWhere`` or a MERGE; off, Delta's write runs.
 POSITIONAL_ENABLED = "spark.ttl.write.positional.enabled"
 
 
