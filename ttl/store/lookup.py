@@ -45,7 +45,7 @@ from ttl.store.layout import key_hashes
 log = logging.getLogger(__name__)
 
 __all__ = ["GIVE_UP_AFTER", "HOW", "LOOKUP_IN_LIST", "HashSet", "Lookup", "found_schema",
-           "local_path"]
+           "in_ranges", "local_path", "may_hold"]
 
 
 def found_schema() -> pa.Schema:
@@ -221,16 +221,27 @@ def key_hash_predicate(keys: pa.Array, column: str = "key_hash") -> str | None:
     return f"{column} IN ({', '.join(str(h) for h in hashes)})"
 
 
-def _may_hold(files: pa.Table, keys: pa.Array) -> np.ndarray:
+def in_ranges(hashes: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """For each range [low, high], whether one of the sorted ``hashes`` falls in it (a
+    search per range, not a comparison per hash: a batch may hold 10,000 keys)."""
+    return (np.searchsorted(hashes, high, side="right")
+            > np.searchsorted(hashes, low, side="left"))
+
+
+def may_hold(files: pa.Table, hashes: np.ndarray) -> np.ndarray:
     """For each of ``files`` (delta-rs's flattened add actions), whether its ``key_hash``
-    statistics say it may hold one of ``keys``; a file without them may hold any."""
-    hashes = key_hashes(keys).to_numpy()
+    statistics say it may hold one of the sorted ``hashes``; a file without them may hold
+    any."""
     low, high = files["min.key_hash"], files["max.key_hash"]
     known = pc.and_(pc.is_valid(low), pc.is_valid(high)).to_numpy(zero_copy_only=False)
     low = pc.fill_null(low, 0).to_numpy().astype(np.int64)   # exact: never through floats
     high = pc.fill_null(high, 0).to_numpy().astype(np.int64)
-    inside = (low[:, None] <= hashes[None, :]) & (hashes[None, :] <= high[:, None])
-    return inside.any(axis=1) | ~known
+    return in_ranges(hashes, low, high) | ~known
+
+
+def _may_hold(files: pa.Table, keys: pa.Array) -> np.ndarray:
+    """``may_hold`` of ``keys``' hashes."""
+    return may_hold(files, np.sort(key_hashes(keys).to_numpy()))
 
 
 def files_to_read(files: pa.Table, keys: pa.Array) -> int:

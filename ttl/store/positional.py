@@ -58,7 +58,7 @@ import pyarrow.parquet as pq
 from ttl import delta_log, delta_rs
 from ttl.errors import PositionalUnsupported
 from ttl.names import S3_SCHEMES
-from ttl.store.lookup import local_path
+from ttl.store.lookup import in_ranges, local_path, may_hold
 
 __all__ = ["find_rows", "replace_by_position", "rows_to_read", "supported"]
 
@@ -85,13 +85,6 @@ def supported(spark, path: str, version: int, files: pa.Table,
     utils = getattr(getattr(jvm.org.apache.spark.sql.delta.commands, "DeletionVectorUtils$"),
                     "MODULE$")
     return bool(utils.deletionVectorsWritable(snapshot, none, none))
-
-
-def _holds(hashes: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
-    """For each range [low, high], whether one of the sorted ``hashes`` falls in it (a
-    search per range, not a comparison per hash: a batch may hold 100k keys)."""
-    return (np.searchsorted(hashes, high, side="right")
-            > np.searchsorted(hashes, low, side="left"))
 
 
 def _column_index(metadata: pq.FileMetaData, name: str) -> int | None:
@@ -123,7 +116,7 @@ def _rows_in_file(file: str, hashes: np.ndarray, keys: pa.Array | None,
         group = metadata.row_group(i)
         stats = group.column(column).statistics
         if (stats is None or not stats.has_min_max
-                or _holds(hashes, np.array([stats.min]), np.array([stats.max]))[0]):
+                or in_ranges(hashes, np.array([stats.min]), np.array([stats.max]))[0]):
             rows = parquet.read_row_group(i, columns=columns)
             mask = pc.is_in(rows["key_hash"], value_set=wanted)
             if keys is not None:
@@ -144,16 +137,6 @@ def _file(root: str, path: str, remote: bool) -> str:
     return f"{root.rstrip('/')}/{unquote(path)}"
 
 
-def _candidates(files: pa.Table, hashes: np.ndarray) -> np.ndarray:
-    """Which of ``files`` (delta-rs's flattened add actions) may hold one of the sorted
-    ``hashes`` by their ``key_hash`` statistics; a file without them may hold any."""
-    low, high = files["min.key_hash"], files["max.key_hash"]
-    known = pc.and_(pc.is_valid(low), pc.is_valid(high)).to_numpy(zero_copy_only=False)
-    low = pc.fill_null(low, 0).to_numpy().astype(np.int64)
-    high = pc.fill_null(high, 0).to_numpy().astype(np.int64)
-    return _holds(hashes, low, high) | ~known
-
-
 def rows_to_read(files: pa.Table, hashes: np.ndarray) -> int:
     """How many rows the files that may hold one of ``hashes`` have (a file without a row
     count counts as unknown: all of the table's rows), which ``find_rows`` reads the
@@ -162,7 +145,7 @@ def rows_to_read(files: pa.Table, hashes: np.ndarray) -> int:
         return 0
     counts = (pc.fill_null(files["num_records"], -1).to_numpy()
               if "num_records" in files.column_names else np.full(files.num_rows, -1))
-    held = counts[_candidates(files, np.sort(hashes))]
+    held = counts[may_hold(files, np.sort(hashes))]
     if (held < 0).any():
         return int(max(counts.clip(min=0).sum(), 1) * 2)  # unknown: as if more than all
     return int(held.sum())
@@ -191,7 +174,7 @@ def find_rows(path: str, files: pa.Table, hashes: np.ndarray, keys: pa.Array | N
                        (pc.is_valid(files["num_records"]).to_numpy(zero_copy_only=False)
                         if "num_records" in files.column_names
                         else np.zeros(files.num_rows, bool)), strict=True))
-    names = [files["path"][int(i)].as_py() for i in np.flatnonzero(_candidates(files, hashes))]
+    names = [files["path"][int(i)].as_py() for i in np.flatnonzero(may_hold(files, hashes))]
     with ThreadPoolExecutor(READERS) as pool:
         found = pool.map(lambda name: _rows_in_file(_file(root, name, filesystem is not None),
                                                     hashes, keys, filesystem), names)
@@ -290,8 +273,9 @@ def _deletion_vectors(spark, log_, snapshot, transaction, touched: dict[str, np.
                 .collectAsList())
     missing = set(wanted) - {unquote(str(add.path())) for add in olds}
     if missing or len(olds) != len(wanted):
-        raise PositionalUnsupported(f"files {sorted(missing)[:3]} of version {snapshot.version()} "
-                          f"are not in Delta's snapshot as delta-rs listed them")
+        raise PositionalUnsupported(f"files {sorted(missing)[:3]} of version "
+                                    f"{snapshot.version()} are not in Delta's snapshot as "
+                                    f"delta-rs listed them")
     uncounted = [str(add.path()) for add in olds if not add.numPhysicalRecords().isDefined()]
     if uncounted:  # find_rows checked delta-rs's row counts; this is Delta's
         raise PositionalUnsupported(f"{uncounted[0]} has no row count in Delta's snapshot")
