@@ -243,6 +243,28 @@ def _longs(spark, rows: np.ndarray):
     return jvm.scala.collection.immutable.ArraySeq.unsafeWrapArray(array)
 
 
+def _serialize_and_write(spark, writer):
+    """A JVM method handle that serializes a deletion vector and writes it with Delta's
+    vector ``writer``, returning where it went (``DVRangeDescriptor``): the vector's bytes
+    stay in the JVM. Returned to Python, a byte array crosses Py4J as text, about 45 ms
+    for the 15 kB of a vector of 10,000 rows (measured: 0.5 ms through the handle), which
+    made the vectors of a 100,000-key batch cost 0.4-0.6 s."""
+    jvm = spark.sparkContext._jvm
+    handles = jvm.java.lang.invoke.MethodHandles
+    lookup = handles.publicLookup()
+
+    def method(cls, name: str):
+        return next(m for m in cls.getMethods() if m.getName() == name
+                    and len(m.getParameterTypes()) == 1)
+
+    bitmap = jvm.org.apache.spark.sql.delta.deletionvectors.RoaringBitmapArray().getClass()
+    serialize = lookup.unreflect(method(bitmap, "serializeAsByteArray"))
+    interface = next(i for i in writer.getClass().getInterfaces()
+                     if i.getName().endswith("$Writer"))
+    write = lookup.unreflect(method(interface, "write")).bindTo(writer)
+    return handles.filterReturnValue(serialize, write)
+
+
 def _register_metrics(spark, transaction, values: dict[str, int]) -> None:
     """Give the commit's ``operationMetrics`` these values, as Delta's own writes do (the
     batch line logs ``numDeletedRows``)."""
@@ -286,7 +308,9 @@ def _deletion_vectors(spark, log_, snapshot, transaction, touched: dict[str, np.
     created = delta.commands.DeletionVectorWriter.createWriter(
         store, store.pathWithFileSystem(log_.dataPath()), prefix)
     writer, file_id = created._1(), created._2()
-    portable = delta.deletionvectors.RoaringBitmapArrayFormat.Portable()
+    serialize_and_write = _serialize_and_write(spark, writer)
+    arguments = spark.sparkContext._gateway.new_array(jvm.java.lang.Object, 2)
+    arguments[1] = delta.deletionvectors.RoaringBitmapArrayFormat.Portable()
     deleted = 0
     try:
         for add in olds:
@@ -303,10 +327,11 @@ def _deletion_vectors(spark, log_, snapshot, transaction, touched: dict[str, np.
             if int(add.numPhysicalRecords().get()) == cardinality:
                 actions.add(add.removeWithTimestamp(now, True))  # no row left
                 continue
-            data = bitmap.serializeAsByteArray(portable)
-            written = writer.write(data)
+            arguments[0] = bitmap
+            written = serialize_and_write.invokeWithArguments(arguments)
             vector = delta.actions.DeletionVectorDescriptor.onDiskWithRelativePath(
-                file_id, prefix, len(data), cardinality, option.apply(written.offset()), none)
+                file_id, prefix, written.length(), cardinality,
+                option.apply(written.offset()), none)
             pair = add.removeRows(vector, True, True)
             actions.add(pair._1())
             actions.add(pair._2())
