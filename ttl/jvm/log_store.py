@@ -17,7 +17,8 @@ a JDK (a JRE only), setup says so and Delta and Spark write and list the log as 
 The same jar holds ``S3ConditionalLogStore.java``, Delta's store for S3 with commits that
 exclude other drivers (conditional PUTs) and listings from a key on (S3's ``start-after``,
 where Delta's S3 store lists the whole log by default), for a profile to name
-(``ttl.single_writer``).
+(``ttl.single_writer``), and ``PositionalDeletes.java``, the deletion vectors of ttl's
+replace by position (``ttl.store.positional``), which is off without the jar.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ SOURCE = Path(__file__).parent / "FileLogStore.java"
 #: Compiled into the same jar: Delta's store for S3 with conditional commits
 #: (``S3ConditionalLogStore.java``), which a profile names for its ``s3a`` paths.
 SOURCES = (SOURCE, Path(__file__).parent / "S3ConditionalLogStore.java",
-           Path(__file__).parent / "LocalCheckpointFileManager.java")
+           Path(__file__).parent / "LocalCheckpointFileManager.java",
+           Path(__file__).parent / "PositionalDeletes.java")
 CLASS = "ttl.delta.FileLogStore"
 #: The Spark setting that picks Delta's log store for a scheme.
 SETTING = "spark.delta.logStore.file.impl"
@@ -76,7 +78,8 @@ def build(*, force: bool = False) -> tuple[Path | None, str]:
     import pyspark
 
     classpath = [str(Path(pyspark.__file__).parent / "jars" / "*")]
-    classpath += [str(p) for p in jars.jars("spark") if p.name.startswith("delta-storage")]
+    classpath += [str(p) for p in jars.jars("spark")
+                  if p.name.startswith(("delta-storage", "delta-spark"))]
     with tempfile.TemporaryDirectory(prefix="ttl-log-store-") as tmp:
         classes = Path(tmp) / "classes"
         proc = subprocess.run(

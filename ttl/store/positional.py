@@ -58,7 +58,7 @@ import pyarrow.parquet as pq
 from ttl import delta_log, delta_rs
 from ttl.errors import PositionalUnsupported
 from ttl.names import S3_SCHEMES
-from ttl.store.lookup import in_ranges, local_path, may_hold
+from ttl.store.lookup import HashSet, in_ranges, local_path, may_hold
 
 __all__ = ["find_rows", "replace_by_position", "rows_to_read", "supported"]
 
@@ -67,11 +67,13 @@ def supported(spark, path: str, version: int, files: pa.Table,
               options: dict[str, str] | None = None) -> bool:
     """Whether the table at ``version`` takes a replace by position: on the local file
     system, or on S3 with delta-rs's storage ``options`` (the lookup's), deletion vectors
-    enabled and writable, no column mapping, and Delta's snapshot holding as many files as
+    enabled and writable, no column mapping, Delta's snapshot holding as many files as
     delta-rs's ``files`` (its add actions at ``version``), which the rows are looked for
-    in."""
+    in, and ttl's JVM class that writes the vectors on the classpath (``helper``)."""
     if local_path(path) is None and (options is None
                                      or urlparse(path).scheme not in S3_SCHEMES):
+        return False
+    if helper(spark) is None:
         return False
     jvm = spark.sparkContext._jvm
     none = jvm.scala.Option.empty()
@@ -95,7 +97,7 @@ def _column_index(metadata: pq.FileMetaData, name: str) -> int | None:
     return None
 
 
-def _rows_in_file(file: str, hashes: np.ndarray, keys: pa.Array | None,
+def _rows_in_file(file: str, hashes: HashSet, keys: pa.Array | None,
                   filesystem=None) -> np.ndarray:
     """The physical row indexes of ``file``'s rows whose ``key_hash`` is one of ``hashes``
     (and, with ``keys``, whose key is one of them), reading only the row groups whose
@@ -109,19 +111,18 @@ def _rows_in_file(file: str, hashes: np.ndarray, keys: pa.Array | None,
     column = _column_index(metadata, "key_hash")
     if column is None:
         raise PositionalUnsupported(f"{file} has no key_hash column")
-    wanted = pa.array(hashes, pa.int64())
     columns = ["key_hash"] if keys is None else ["key_hash", "key"]
     found, offset = [], 0
     for i in range(metadata.num_row_groups):
         group = metadata.row_group(i)
         stats = group.column(column).statistics
         if (stats is None or not stats.has_min_max
-                or in_ranges(hashes, np.array([stats.min]), np.array([stats.max]))[0]):
+                or in_ranges(hashes.sorted, np.array([stats.min]), np.array([stats.max]))[0]):
             rows = parquet.read_row_group(i, columns=columns)
-            mask = pc.is_in(rows["key_hash"], value_set=wanted)
-            if keys is not None:
-                mask = pc.and_(mask, pc.is_in(rows["key"], value_set=keys))
-            hit = np.flatnonzero(pc.fill_null(mask, False).to_numpy(zero_copy_only=False))
+            hit = hashes.rows(rows["key_hash"])
+            if keys is not None and hit.size:
+                held = pc.is_in(rows["key"].take(pa.array(hit)), value_set=keys)
+                hit = hit[pc.fill_null(held, False).to_numpy(zero_copy_only=False)]
             if hit.size:
                 found.append(hit.astype(np.int64) + offset)
         offset += group.num_rows
@@ -169,15 +170,15 @@ def find_rows(path: str, files: pa.Table, hashes: np.ndarray, keys: pa.Array | N
     if root is None:
         parsed = urlparse(path)
         root, filesystem = f"{parsed.netloc}{parsed.path}", delta_rs.s3_filesystem(options)
-    hashes = np.sort(hashes)
+    matcher = HashSet(pa.array(hashes, pa.int64()))
     counted = dict(zip(files["path"].to_pylist(),
                        (pc.is_valid(files["num_records"]).to_numpy(zero_copy_only=False)
                         if "num_records" in files.column_names
                         else np.zeros(files.num_rows, bool)), strict=True))
-    names = [files["path"][int(i)].as_py() for i in np.flatnonzero(may_hold(files, hashes))]
+    names = [files["path"][int(i)].as_py() for i in np.flatnonzero(may_hold(files, matcher.sorted))]
     with ThreadPoolExecutor(READERS) as pool:
         found = pool.map(lambda name: _rows_in_file(_file(root, name, filesystem is not None),
-                                                    hashes, keys, filesystem), names)
+                                                    matcher, keys, filesystem), names)
         touched = {}
         for name, rows in zip(names, found, strict=True):
             if rows.size:
@@ -233,36 +234,16 @@ def _commit(spark, path: str, version: int, touched: dict[str, np.ndarray], rows
     return True
 
 
-def _longs(spark, rows: np.ndarray):
-    """``rows`` as a JVM ``Seq[Long]``, handed over as one byte array (a call per row
-    would cost a round trip to the JVM each)."""
+def _java_array(spark, values: np.ndarray, kind: str):
+    """``values`` as a JVM ``long[]`` or ``int[]`` (``kind``), handed over as one byte
+    array (a call per value would cost a round trip to the JVM each)."""
     jvm = spark.sparkContext._jvm
-    array = spark.sparkContext._gateway.new_array(jvm.long, len(rows))
-    (jvm.java.nio.ByteBuffer.wrap(rows.astype("<i8").tobytes())
-     .order(jvm.java.nio.ByteOrder.LITTLE_ENDIAN).asLongBuffer().get(array))
-    return jvm.scala.collection.immutable.ArraySeq.unsafeWrapArray(array)
-
-
-def _serialize_and_write(spark, writer):
-    """A JVM method handle that serializes a deletion vector and writes it with Delta's
-    vector ``writer``, returning where it went (``DVRangeDescriptor``): the vector's bytes
-    stay in the JVM. Returned to Python, a byte array crosses Py4J as text, about 45 ms
-    for the 15 kB of a vector of 10,000 rows (measured: 0.5 ms through the handle), which
-    made the vectors of a 100,000-key batch cost 0.4-0.6 s."""
-    jvm = spark.sparkContext._jvm
-    handles = jvm.java.lang.invoke.MethodHandles
-    lookup = handles.publicLookup()
-
-    def method(cls, name: str):
-        return next(m for m in cls.getMethods() if m.getName() == name
-                    and len(m.getParameterTypes()) == 1)
-
-    bitmap = jvm.org.apache.spark.sql.delta.deletionvectors.RoaringBitmapArray().getClass()
-    serialize = lookup.unreflect(method(bitmap, "serializeAsByteArray"))
-    interface = next(i for i in writer.getClass().getInterfaces()
-                     if i.getName().endswith("$Writer"))
-    write = lookup.unreflect(method(interface, "write")).bindTo(writer)
-    return handles.filterReturnValue(serialize, write)
+    array = spark.sparkContext._gateway.new_array(getattr(jvm, kind), len(values))
+    dtype, view = ("<i8", "asLongBuffer") if kind == "long" else ("<i4", "asIntBuffer")
+    buffer = (jvm.java.nio.ByteBuffer.wrap(values.astype(dtype).tobytes())
+              .order(jvm.java.nio.ByteOrder.LITTLE_ENDIAN))
+    getattr(buffer, view)().get(array)
+    return array
 
 
 def _register_metrics(spark, transaction, values: dict[str, int]) -> None:
@@ -278,63 +259,44 @@ def _register_metrics(spark, transaction, values: dict[str, int]) -> None:
     transaction.registerSQLMetrics(spark._jsparkSession, metrics)
 
 
+def helper(spark):
+    """ttl's JVM class that writes the deletion vectors (``ttl/jvm/PositionalDeletes.java``,
+    in the jar ``ttl setup`` builds with a JDK), or ``None`` when it is not on the
+    classpath."""
+    from py4j.java_gateway import JavaClass
+
+    found = spark.sparkContext._jvm.ttl.delta.PositionalDeletes
+    return found if isinstance(found, JavaClass) else None
+
+
 def _deletion_vectors(spark, log_, snapshot, transaction, touched: dict[str, np.ndarray],
                       now: int, actions) -> int:
     """Add to ``actions`` each touched file's entry with its new deletion vector (its old
-    rows and ``touched``'s), and the removal of its old entry, written in one vector file;
-    returns how many rows it deleted that were not deleted before."""
+    rows and ``touched``'s), and the removal of its old entry, written in one vector file
+    (``PositionalDeletes.java``: one call into the JVM for all the files); returns how many
+    rows it deleted that were not deleted before."""
     jvm = spark.sparkContext._jvm
-    delta = jvm.org.apache.spark.sql.delta
     functions = jvm.org.apache.spark.sql.functions
-    option, none = jvm.scala.Option, jvm.scala.Option.empty()
+    deletes = helper(spark)
+    if deletes is None:
+        raise PositionalUnsupported("ttl's JVM classes are not on the classpath")
     wanted = {unquote(p): p for p in touched}  # either reader's paths, encoded or not
     names = jvm.java.util.ArrayList()
     for name in set(touched) | set(wanted) | {quote(p, safe="/:") for p in wanted}:
         names.add(name)
-    olds = list(snapshot.allFiles().where(functions.col("path").isInCollection(names))
-                .collectAsList())
-    missing = set(wanted) - {unquote(str(add.path())) for add in olds}
-    if missing or len(olds) != len(wanted):
+    olds = snapshot.allFiles().where(functions.col("path").isInCollection(names)).collectAsList()
+    paths = [unquote(p) for p in str(deletes.paths(olds)).split("\n")] if olds.size() else []
+    missing = set(wanted) - set(paths)
+    if missing or len(paths) != len(wanted):
         raise PositionalUnsupported(f"files {sorted(missing)[:3]} of version "
                                     f"{snapshot.version()} are not in Delta's snapshot as "
                                     f"delta-rs listed them")
-    uncounted = [str(add.path()) for add in olds if not add.numPhysicalRecords().isDefined()]
-    if uncounted:  # find_rows checked delta-rs's row counts; this is Delta's
-        raise PositionalUnsupported(f"{uncounted[0]} has no row count in Delta's snapshot")
+    uncounted = deletes.uncounted(olds)
+    if uncounted is not None:  # find_rows checked delta-rs's row counts; this is Delta's
+        raise PositionalUnsupported(f"{uncounted} has no row count in Delta's snapshot")
     transaction.trackFilesRead(jvm.scala.jdk.javaapi.CollectionConverters.asScala(olds).toSeq())
-    store = delta.storage.dv.HadoopFileSystemDVStore(log_.newDeltaHadoopConf())
-    utils = delta.util.Utils
-    prefix = utils.getRandomPrefix(utils.getRandomPrefixLength(transaction.metadata()))
-    created = delta.commands.DeletionVectorWriter.createWriter(
-        store, store.pathWithFileSystem(log_.dataPath()), prefix)
-    writer, file_id = created._1(), created._2()
-    serialize_and_write = _serialize_and_write(spark, writer)
-    arguments = spark.sparkContext._gateway.new_array(jvm.java.lang.Object, 2)
-    arguments[1] = delta.deletionvectors.RoaringBitmapArrayFormat.Portable()
-    deleted = 0
-    try:
-        for add in olds:
-            rows = touched[wanted[unquote(str(add.path()))]]
-            old = add.deletionVector()
-            bitmap = (store.read(old, log_.dataPath()) if old is not None
-                      else delta.deletionvectors.RoaringBitmapArray())
-            before = bitmap.cardinality()
-            bitmap.addAll(_longs(spark, rows))
-            cardinality = bitmap.cardinality()
-            if cardinality == before:
-                continue  # its rows were deleted already: the file stays as it is
-            deleted += cardinality - before
-            if int(add.numPhysicalRecords().get()) == cardinality:
-                actions.add(add.removeWithTimestamp(now, True))  # no row left
-                continue
-            arguments[0] = bitmap
-            written = serialize_and_write.invokeWithArguments(arguments)
-            vector = delta.actions.DeletionVectorDescriptor.onDiskWithRelativePath(
-                file_id, prefix, written.length(), cardinality,
-                option.apply(written.offset()), none)
-            pair = add.removeRows(vector, True, True)
-            actions.add(pair._1())
-            actions.add(pair._2())
-    finally:
-        writer.close()
-    return deleted
+    rows = [touched[wanted[p]] for p in paths]
+    ends = np.cumsum([len(r) for r in rows])
+    return int(deletes.delete(log_, transaction, olds,
+                              _java_array(spark, np.concatenate(rows), "long"),
+                              _java_array(spark, ends, "int"), now, actions))

@@ -1,0 +1,112 @@
+package ttl.delta;
+
+import java.io.IOException;
+import java.util.List;
+import java.util.UUID;
+
+import org.apache.spark.sql.delta.DeltaLog;
+import org.apache.spark.sql.delta.OptimisticTransaction;
+import org.apache.spark.sql.delta.actions.Action;
+import org.apache.spark.sql.delta.actions.AddFile;
+import org.apache.spark.sql.delta.actions.DeletionVectorDescriptor;
+import org.apache.spark.sql.delta.actions.RemoveFile;
+import org.apache.spark.sql.delta.commands.DeletionVectorWriter;
+import org.apache.spark.sql.delta.deletionvectors.RoaringBitmapArray;
+import org.apache.spark.sql.delta.deletionvectors.RoaringBitmapArrayFormat;
+import org.apache.spark.sql.delta.storage.dv.DeletionVectorStoreUtils;
+import org.apache.spark.sql.delta.storage.dv.HadoopFileSystemDVStore;
+import org.apache.spark.sql.delta.util.Utils;
+
+import scala.Option;
+import scala.Tuple2;
+
+/**
+ * The deletion vectors of ttl's replace by position ({@code ttl/store/positional.py}): for
+ * each file whose rows it deletes, the file's old vector and the new rows in one vector,
+ * written with Delta's own writer, and the actions that give the file its new vector.
+ *
+ * <p>The same loop driven from Python made some twenty calls into the JVM a file, each a
+ * round trip through Py4J (about 0.3 ms): 0.9 s for the hundred files a 100,000-key batch
+ * touches in a 10M-key table. Here it is one call, and the rows cross once, as one array.
+ */
+public final class PositionalDeletes {
+
+    private PositionalDeletes() {}
+
+    /** The files' paths as Delta's log has them, one a line (one call, not one a file). */
+    public static String paths(List<AddFile> files) {
+        StringBuilder out = new StringBuilder();
+        for (AddFile file : files) {
+            if (out.length() > 0) {
+                out.append('\n');
+            }
+            out.append(file.path());
+        }
+        return out.toString();
+    }
+
+    /**
+     * The path of the first of {@code files} without a row count in its statistics (an entry
+     * with a deletion vector needs one), or {@code null}.
+     */
+    public static String uncounted(List<AddFile> files) {
+        for (AddFile file : files) {
+            if (!file.numPhysicalRecords().isDefined()) {
+                return file.path();
+            }
+        }
+        return null;
+    }
+
+    /**
+     * Deletes, in {@code transaction}, the rows {@code rows[ends[i-1]..ends[i])} of
+     * {@code files.get(i)} (physical row indexes): adds to {@code actions} each such file's
+     * entry with its new vector and the removal of its old entry, or only the removal when no
+     * row is left; a file whose rows were all deleted already stays as it is. The vectors go
+     * to one new vector file. Returns how many rows it deleted that were not deleted before.
+     */
+    public static long delete(DeltaLog log, OptimisticTransaction transaction,
+                              List<AddFile> files, long[] rows, int[] ends, long now,
+                              List<Action> actions) throws IOException {
+        HadoopFileSystemDVStore store = new HadoopFileSystemDVStore(log.newDeltaHadoopConf());
+        String prefix = Utils.getRandomPrefix(Utils.getRandomPrefixLength(transaction.metadata()));
+        Tuple2<DeletionVectorStoreUtils.Writer, UUID> created = DeletionVectorWriter.createWriter(
+            store, store.pathWithFileSystem(log.dataPath()), prefix);
+        DeletionVectorStoreUtils.Writer writer = created._1();
+        long deleted = 0;
+        try {
+            int start = 0;
+            for (int i = 0; i < files.size(); i++) {
+                AddFile file = files.get(i);
+                DeletionVectorDescriptor old = file.deletionVector();
+                RoaringBitmapArray bitmap = old != null ? store.read(old, log.dataPath())
+                                                        : new RoaringBitmapArray();
+                long before = bitmap.cardinality();
+                for (int j = start; j < ends[i]; j++) {
+                    bitmap.add(rows[j]);
+                }
+                start = ends[i];
+                long cardinality = bitmap.cardinality();
+                if (cardinality == before) {
+                    continue;  // its rows were deleted already: the file stays as it is
+                }
+                deleted += cardinality - before;
+                if ((Long) file.numPhysicalRecords().get() == cardinality) {
+                    actions.add(file.removeWithTimestamp(now, true));  // no row left
+                    continue;
+                }
+                DeletionVectorStoreUtils.DVRangeDescriptor written =
+                    writer.write(bitmap.serializeAsByteArray(RoaringBitmapArrayFormat.Portable()));
+                DeletionVectorDescriptor vector = DeletionVectorDescriptor.onDiskWithRelativePath(
+                    created._2(), prefix, written.length(), cardinality,
+                    Option.apply((Object) written.offset()), Option.empty());
+                Tuple2<AddFile, RemoveFile> pair = file.removeRows(vector, true, true);
+                actions.add(pair._1());
+                actions.add(pair._2());
+            }
+        } finally {
+            writer.close();
+        }
+        return deleted;
+    }
+}
