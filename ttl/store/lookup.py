@@ -199,11 +199,6 @@ MATCH_ROWS = 1 << 20
 #: test per row, and the same values as an ``OR`` took 0.58 s to plan at 256 keys.
 PRUNE_KEYS = 20
 
-#: The delta-rs lookup of a batch of at most this many keys keeps the files' statistics it
-#: read (``Lookup.files_at``) for the batch's write: the replace by position
-#: (``ttl.store.positional``) takes batches up to this size (``write._positional_rows``).
-STATISTICS_KEYS = 10_000
-
 #: delta-rs names the keys only when the files' statistics say it reads at most this share
 #: of the table's bytes (``read_share``): on a table whose every file spans the whole
 #: ``key_hash`` range (appends, a layout by expiry) the filter skips nothing and costs
@@ -322,15 +317,15 @@ def with_delta_rs(path: str, keys: pa.Array, version: int,
     batches and matched to ``keys``' hashes (``HashSet`` of ``key_hash`` on the driver: the
     rows of every key sharing a hash with one of ``keys``) ``MATCH_ROWS`` at a time; a
     small batch reads only the files that can hold its keys, when that skips files
-    (``PRUNE_KEYS``, ``PRUNE_SHARE``). For a batch of at most ``STATISTICS_KEYS`` keys,
-    the file statistics (delta-rs's add actions) are appended to ``statistics`` (the write
-    skips files by them too). ``must_prune``: read
-    only if that skips all but fewer than ``DELTA_RS_MAX_DV_FILES`` files, else ``None``."""
+    (``PRUNE_KEYS``, ``PRUNE_SHARE``). The file statistics (delta-rs's add actions) are
+    appended to ``statistics`` when it is given (the write skips files by them too).
+    ``must_prune``: read only if that skips all but fewer than ``DELTA_RS_MAX_DV_FILES``
+    files, else ``None``."""
     from deltalake import DeltaTable, QueryBuilder
 
     table = DeltaTable(path, version=version, storage_options=options)
     pruning = None
-    if len(keys) <= PRUNE_KEYS or (statistics is not None and len(keys) <= STATISTICS_KEYS):
+    if len(keys) <= PRUNE_KEYS or statistics is not None:
         files = pa.table(table.get_add_actions(flatten=True))
         if statistics is not None:
             statistics.append(files)

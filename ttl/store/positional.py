@@ -8,9 +8,9 @@ joins that put the files' statistics back on the new file entries: about ten Spa
 and the driver's planning between them, even for 20 rows (docs/performance.md, "What a
 20-update batch's write runs"). Here the same commit is made with two small Spark jobs
 (the touched files' entries from the snapshot's state, the insert) and the driver's own
-reads, for batches of up to ``write.POSITIONAL_KEYS`` changed keys in files of at most
-``write.POSITIONAL_ROWS`` rows (past either, the driver's read of the files costs more
-than Spark's scan):
+reads, when the files that can hold the batch's keys have at most
+``write.POSITIONAL_ROWS`` rows (the driver reads their ``key_hash``, where Delta's scan
+runs in Spark's tasks):
 
 1. the files that may hold a changed key, from the ``key_hash`` statistics the batch's
    lookup already read (delta-rs's add actions at the lookup's version);
