@@ -25,9 +25,18 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+import pyarrow as pa
+
 from ttl import commit, delta_log, delta_rs
 from ttl.delta_log import retrying
-from ttl.errors import ConfigError, LeaseLost, LogCleanupRefused, StoreMissing, VacuumRefused
+from ttl.errors import (
+    ConfigError,
+    LeaseLost,
+    LogCleanupRefused,
+    PositionalUnsupported,
+    StoreMissing,
+    VacuumRefused,
+)
 from ttl.expiry_floor import NEVER, earliest_expiry
 from ttl.names import (
     EXPIRED_KEYS_SUFFIX,
@@ -40,7 +49,7 @@ from ttl.names import (
     PROP_VACUUMED_AT,
     sibling,
 )
-from ttl.store import ordering
+from ttl.store import ordering, positional, write
 from ttl.store.layout import set_properties, ttl_property
 from ttl.timestamps import expiry_column
 
@@ -63,6 +72,8 @@ class SweepResult:
     lateness_ms: dict[str, int | None] = field(default_factory=dict)
     sample_keys: list[bytes] = field(default_factory=list)
     nothing_due: int | None = None  # the earliest expiry, when it is after T
+    #: How it deleted: ``positional`` (ttl's delete by position) or ``delete`` (Delta's).
+    write: str | None = None
 
     def summary(self) -> str:
         if self.skipped:
@@ -73,7 +84,8 @@ class SweepResult:
                     f"in {self.seconds:.3f} s")
         verb = "would evict" if self.dry_run else "evicted"
         late = ", ".join(f"{k}={v}" for k, v in self.lateness_ms.items())
-        return (f"{self.clock} sweep at T={self.t}: {verb} {self.evicted} entries "
+        how = " by position" if self.write == "positional" else ""
+        return (f"{self.clock} sweep at T={self.t}: {verb} {self.evicted} entries{how} "
                 f"in {self.seconds:.1f} s (retries {self.retries}"
                 f"{', lateness ms ' + late if late else ''})")
 
@@ -115,7 +127,9 @@ def sweep(store, clock: SweepClock, t: int | None = None, *, dry_run: bool = Fal
     def delete() -> None:
         store.check_writable()
         with commit.commit_settings(store.spark, meta):
-            store.spark.sql(f"DELETE FROM delta.`{store.path}` WHERE {predicate}")
+            result.write = "positional" if _delete_by_position(store, t, predicate) else "delete"
+            if result.write == "delete":
+                store.spark.sql(f"DELETE FROM delta.`{store.path}` WHERE {predicate}")
 
     before, table_id = delta_log.position(store.spark, store.path)
     earliest = _earliest_expiry(store, before, table_id)
@@ -135,6 +149,44 @@ def sweep(store, clock: SweepClock, t: int | None = None, *, dry_run: bool = Fal
     result.seconds = time.monotonic() - started
     log.info("%s", result.summary())
     return result
+
+
+def _delete_by_position(store, t: int, predicate: str) -> bool:
+    """The sweep's DELETE made by ttl (``positional.delete_by_position``): the driver reads
+    the ``expires_at`` of the files and row groups whose statistics may hold a due entry
+    and deletes the due rows by their position, in Delta's transaction at the version it
+    read (a commit after it makes Delta refuse this one, and the sweep runs again), where
+    Delta's DELETE runs about ten Spark jobs. False, having written nothing, when the
+    table does not take it (``positional.supported``; more than ``write.POSITIONAL_ROWS``
+    rows to read; switched off with the batches' replace by position): the caller then
+    runs Delta's DELETE."""
+    if not write.positional_enabled(store.spark):
+        return False
+    options = store.lookup.options
+    try:
+        version = delta_log.latest_version(store.spark, store.path)
+        files = pa.table(delta_rs.table(store.path, options, version)
+                         .get_add_actions(flatten=True))
+        if (not positional.supported(store.spark, store.path, version, files, options)
+                or positional.rows_to_read(files, positional.may_be_due(files, t))
+                > write.POSITIONAL_ROWS):
+            return False
+        touched = positional.find_due(store.path, files, t, options)
+    except PositionalUnsupported as exc:
+        log.info("%s: Delta's DELETE instead of a delete by position: %s", store.path, exc)
+        return False
+    except Exception as exc:  # noqa: BLE001 - nothing written yet: Delta's DELETE is safe
+        log.warning("%s: Delta's DELETE instead of a delete by position, which failed to "
+                    "read the files: %s: %s", store.path, type(exc).__name__, exc)
+        return False
+    if touched:
+        try:
+            positional.delete_by_position(store.spark, store.path, version, touched, predicate)
+        except PositionalUnsupported as exc:  # raised before anything is written
+            log.warning("%s: Delta's DELETE instead of a delete by position: %s",
+                        store.path, exc)
+            return False
+    return True
 
 
 def prime_expiry_floor(store) -> int | None:

@@ -12,8 +12,8 @@ For each size N, one table at a time (built, measured, removed):
    ``key_hash`` range; ``unclustered`` spreads every file over the whole range, as appends
    do; ``expiry`` orders the files by ``expires_at``, as a Z-order by it does; ``both``
    groups them by expiry and orders each group by ``key_hash``, as OPTIMIZE does for
-   ``maintenance.cluster_by = "both"`` (``ttl.store.ordering``). 1,000 of
-   the keys are due at the sweep's T, the rest live for a week.
+   ``maintenance.cluster_by = "both"`` (``ttl.store.ordering``). 6,000 of
+   the keys are due at the sweeps' times, 1,000 at each, the rest live for a week.
 2. **open**: a ``DeltaStore`` opened on it (layout checks, stream-time recovery, the
    dead-letter table), as every command and the stream's start do.
 3. **batches** through ``DeltaStore.apply_batch``: ``--batches`` of 20 updates of stored
@@ -23,9 +23,11 @@ For each size N, one table at a time (built, measured, removed):
    reported (a table's first W2 batch is up to twice as slow as the later ones: its
    plan's code compiled, every file's first deletion vector); the median commit time of
    each kind, with its lookup and write phases, and W2's records/s.
-4. **sweeps**: the one that evicts the 1,000 due entries (its lateness measured apart, as
-   the stream does after the batch), then one with nothing due. The store's bound on the
-   earliest expiry is primed at open, as the stream's start does.
+4. **sweeps**: six that evict 1,000 entries each, spread over every file (the first's
+   lateness measured apart, as the stream does after the batch; with
+   ``--vs-delta-write``, made in turn by ttl's delete by position and Delta's
+   ``DELETE``, as W2 pairs are by the two writes), then one with nothing due. The
+   store's bound on the earliest expiry is primed at open, as the stream's start does.
 5. **status** (``ttl status``'s reads, delta-rs), the metrics' table figures (read in the
    background) and a **scrape** of them.
 6. **memory**: the driver's peak RSS (Python) and the JVM's used heap after the batches.
@@ -64,12 +66,15 @@ from ttl.store.lookup import PRUNE_KEYS
 
 NOW = 1_700_000_000_000
 TTL = 7 * 86_400_000
-DUE = 1_000  # entries due at the sweep's T
-SWEEP_T = NOW - 1
+DUE = 1_000  # entries each sweep evicts
+SWEEPS = 6  # sweeps that evict DUE entries each, spread over every file
+SWEEP_T = NOW - 1  # the last of them
 
 
 def build(spark, path: str, keys: int, rows_per_file: int, layout: str) -> float:
-    """The table at ``path``: ``keys`` keys, the first ``DUE`` due at ``SWEEP_T``."""
+    """The table at ``path``: ``keys`` keys, of which ``SWEEPS`` groups of ``DUE`` (by
+    their id, so every file holds some) are due one after the other, the last at
+    ``SWEEP_T`` (``sweep_times``)."""
     from pyspark.sql import functions as F
 
     started = time.monotonic()
@@ -79,7 +84,8 @@ def build(spark, path: str, keys: int, rows_per_file: int, layout: str) -> float
         F.concat(F.lit(b"value-"), F.col("id").cast("string").cast("binary")).alias("value"),
         ts.alias("ts"),
         F.array().cast("array<struct<key:string,value:binary>>").alias("headers"),
-        F.when(F.col("id") < DUE, F.lit(SWEEP_T - 1)).otherwise(ts + F.lit(TTL))
+        F.when(F.col("id") < DUE * SWEEPS,
+               F.lit(SWEEP_T - SWEEPS + 1) + F.col("id") % SWEEPS).otherwise(ts + F.lit(TTL))
          .alias("expires_at"),
         F.lit(NOW).alias("updated_at"),
         F.lit(None).cast("bigint").alias("record_ttl"),
@@ -101,11 +107,12 @@ def build(spark, path: str, keys: int, rows_per_file: int, layout: str) -> float
 
 
 def _updates(spark, keys: int, size: int, seed: int, new: bool = False):
-    """``size`` records: updates of stored keys drawn uniformly (never the ``DUE`` ones, so
-    the sweep evicts all of them), or keys never stored."""
+    """``size`` records: updates of stored keys drawn uniformly (never the due ones, so
+    each sweep evicts ``DUE``), or keys never stored."""
     from pyspark.sql import functions as F
 
-    ids = F.lit(DUE) + F.abs(F.xxhash64(F.col("id"), F.lit(seed))) % (keys - DUE)
+    due = DUE * SWEEPS
+    ids = F.lit(due) + F.abs(F.xxhash64(F.col("id"), F.lit(seed))) % (keys - due)
     if new:
         ids = F.lit(keys + seed * size) + F.col("id")
     return spark.range(size).select(
@@ -163,6 +170,62 @@ def _writes_alternated(spark, store, keys: int, count: int, seed: int) -> dict[s
     return {k: statistics.median(v) for k, v in figures.items()}
 
 
+def sweep_times() -> list[int]:
+    """The T of each sweep: the one at which the next ``DUE`` entries are due."""
+    return [SWEEP_T - SWEEPS + 1 + g for g in range(SWEEPS)]
+
+
+def _sweeps(store, alternate: bool) -> dict[str, float]:
+    """The ``SWEEPS`` sweeps, each evicting ``DUE`` entries from every file; with
+    ``alternate``, made in turn by ttl's delete by position and Delta's ``DELETE``
+    (``write.POSITIONAL_ENABLED``), the first by position. The first's time, evictions
+    and lateness (measured apart, outside the lock, as the stream does), and the median
+    sweep of each way."""
+    from ttl.store import write
+
+    out, seconds = {}, {}
+    for g, t in enumerate(sweep_times()):
+        name = "delta" if alternate and g % 2 else "positional" if alternate else "due"
+        if alternate:
+            store.spark.conf.set(write.POSITIONAL_ENABLED, str(name == "positional").lower())
+        try:
+            store.wall_clock.set(t)
+            swept = eviction.sweep(store, "wall")
+        finally:
+            store.spark.conf.unset(write.POSITIONAL_ENABLED)
+        seconds.setdefault(name, []).append(swept.seconds)
+        if g == 0:
+            out["sweep_due_s"], out["sweep_evicted"] = swept.seconds, swept.evicted
+            started = time.monotonic()
+            eviction.measure_lateness(store, swept)  # outside the lock, after the sweep
+            out["sweep_lateness_s"] = time.monotonic() - started
+    for name, values in seconds.items():
+        out[f"sweep_{name}_median_s"] = statistics.median(values)
+    return out
+
+
+def _w2_alternated(spark, store, keys: int, args, seed: int) -> dict[str, float]:
+    """``--w2-batches`` pairs of W2 batches, the first of each written by ttl's replace by
+    position and the second by Delta's replace, alternated: each write's records/s."""
+    from ttl.store import write
+
+    figures: dict[str, list[float]] = {}
+    for i in range(args.w2_batches):
+        for name, on in (("positional", "true"), ("delta", "false")):
+            store.spark.conf.set(write.POSITIONAL_ENABLED, on)
+            try:
+                one = _timed_batches(spark, store, keys, args.w2, 1,
+                                     seed + 2 * i + (on == "false"))
+            finally:
+                store.spark.conf.unset(write.POSITIONAL_ENABLED)
+            figures.setdefault(f"w2_{name}_commit_s", []).append(one["commit_s"])
+            figures.setdefault(f"w2_{name}_write_s", []).append(one["write_s"])
+    out = {k: statistics.median(v) for k, v in figures.items()}
+    for name in ("positional", "delta"):
+        out[f"w2_{name}_records_per_s"] = args.w2 / out[f"w2_{name}_commit_s"]
+    return out
+
+
 def _jvm_heap_mb(spark) -> float:
     spark.sparkContext._jvm.java.lang.System.gc()  # what is held, not what is not yet freed
     runtime = spark.sparkContext._jvm.java.lang.Runtime.getRuntime()
@@ -196,12 +259,9 @@ def measure(spark, keys: int, args, layout: str) -> dict[str, float]:
         out["w2_records_per_s"] = w2["records_per_s"]
         out["w2_commit_s"] = w2["commit_s"]
         out["w2_lookup_s"], out["w2_write_s"] = w2["lookup_s"], w2["write_s"]
-        store.wall_clock.set(SWEEP_T)
-        swept = eviction.sweep(store, "wall")
-        out["sweep_due_s"], out["sweep_evicted"] = swept.seconds, swept.evicted
-        started = time.monotonic()
-        eviction.measure_lateness(store, swept)  # outside the lock, after the sweep
-        out["sweep_lateness_s"] = time.monotonic() - started
+        if args.vs_delta_write:
+            out.update(_w2_alternated(spark, store, keys, args, 6_000))
+        out.update(_sweeps(store, args.vs_delta_write))
         out["sweep_none_s"] = eviction.sweep(store, "wall").seconds
         profile = from_dict({"store": {"name": "big", "path": path, "ttl": "7d"},
                              "kafka": {"input_topic": "x", "changelog_topic": "y"},
@@ -384,8 +444,9 @@ def main() -> None:
                         help="Also run the 20-record batches this many seconds apart, as "
                              "the stream's trigger starts them (its default: 2).")
     parser.add_argument("--vs-delta-write", action="store_true",
-                        help="Also run 20-update batches alternately with ttl's replace by "
-                             "position and Delta's replaceWhere, in one process.")
+                        help="Also run 20-update and W2 batches alternately with ttl's "
+                             "replace by position and Delta's write, and the sweeps with "
+                             "ttl's delete by position and Delta's DELETE, in one process.")
     parser.add_argument("--w2", type=int, default=100_000)
     parser.add_argument("--w2-batches", type=int, default=4)
     parser.add_argument("--dir", default=None, help="Where the tables go (default: /tmp).")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import uuid
@@ -668,3 +669,63 @@ def test_maintenance_compacts_and_vacuums_the_dead_letter_table(spark, table_pat
     eviction.vacuum(store, 7 * 86_400_000, 0, delta_log.latest_version(spark, table_path))
     assert "VACUUM END" in [r.operation for r in spark.sql(
         f"DESCRIBE HISTORY delta.`{dead}`").collect()]
+
+
+def test_a_delete_by_position_gives_the_table_and_change_feed_of_deltas_delete(
+        spark, tmp_path, monkeypatch):
+    """A sweep made by ttl's delete by position (``positional.delete_by_position``) and one
+    made by Delta's ``DELETE``, given the same batches and sweeps on two tables: the same
+    evictions, rows and, per version, change data feed: a file whose only row goes (removed
+    whole), a file that already has a deletion vector (a batch's update) whose vector grows
+    and then whose every row goes, a sweep with nothing left to delete (no commit), and a
+    row due in a file read by its statistics' range; the commit is a ``DELETE`` with the
+    sweep's predicate and ``numDeletedRows``."""
+    from collections import Counter
+
+    from ttl.store import write
+
+    # The second sweep finds nothing due by the store's bound on the earliest expiry; the
+    # fourth, by a new store that knows only the statistics (which still count the rows
+    # the third deleted), reads them and finds them deleted already: no commit.
+    sweeps = [NOW + 5, NOW + 5, NOW + 300, NOW + 300, NOW + 2_000]
+
+    def run(way: str):
+        path = str(tmp_path / way)
+        monkeypatch.setattr(write, "positional_enabled", lambda _spark: way == "positional")
+        store = make_store(spark, path)
+        store.apply_records(recs(*[(b"k%03d" % i, b"v0", NOW - TTL + 10 * i)
+                                   for i in range(100)]))   # k000 expired on arrival
+        store.apply_records(recs((b"solo", b"s", NOW - TTL + 5)))    # a file of one row
+        store.apply_records(recs((b"k050", b"v1", NOW)))  # the first file gets a vector
+        results, changes, operations = [], [], []
+        for i, t in enumerate(sweeps):
+            result = eviction.sweep(make_store(spark, path) if i == 3 else store, "wall", t)
+            results.append((result.evicted, result.write, result.version is None))
+            if result.version is None:
+                continue
+            feed = (spark.read.format("delta").option("readChangeFeed", "true")
+                    .option("startingVersion", result.version)
+                    .option("endingVersion", result.version).load(path).collect())
+            changes.append(Counter((r._change_type, bytes(r.key), bytes(r.value))
+                                   for r in feed))
+            with open(f"{path}/_delta_log/{result.version:020d}.json") as log_file:
+                info = next(json.loads(line)["commitInfo"] for line in log_file
+                            if "commitInfo" in line)
+            operations.append((info["operation"], info["operationParameters"]["predicate"],
+                               int(info["operationMetrics"]["numDeletedRows"])))
+        return results, changes, operations, store.entries(at=-(2**63))
+
+    mine = run("positional")
+    theirs = run("delta")
+    assert [r[0] for r in mine[0]] == [r[0] for r in theirs[0]] == [1, 0, 30, 0, 68]
+    assert [r[1] for r in mine[0]] == ["positional", None, "positional", "positional",
+                                       "positional"]
+    assert [r[1] for r in theirs[0]] == ["delete", None, "delete", "delete", "delete"]
+    assert ([r[2] for r in mine[0]] == [r[2] for r in theirs[0]]
+            == [False, True, False, True, False])
+    assert mine[1] == theirs[1]
+    assert mine[1][0] == Counter({("delete", b"solo", b"s"): 1})
+    assert [(op, n) for op, _, n in mine[2]] == [(op, n) for op, _, n in theirs[2]]
+    assert {op for op, _, _ in mine[2]} == {"DELETE"}
+    assert all("expires_at" in predicate for _, predicate, _ in mine[2])
+    assert mine[3] == theirs[3] and set(mine[3]) == {b"k050"}

@@ -1,5 +1,6 @@
-"""``positional.find_rows``: the physical row indexes a replace by position deletes, read from
-real parquet files of several row groups (pyarrow writes them; Spark's files here have one)."""
+"""``positional.find_rows`` and ``find_due``: the physical row indexes a replace or a sweep by
+position deletes, read from real parquet files of several row groups (pyarrow writes them;
+Spark's files here have one)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from ttl.errors import PositionalUnsupported
 from ttl.store import positional
+from ttl.store.lookup import may_hold
 
 
 def _file(path, hashes: list[int], keys: list[bytes], group_rows: int) -> None:
@@ -71,6 +73,34 @@ def test_unsorted_hashes_find_rows_in_narrow_files_and_count_what_they_read(tmp_
     found = positional.find_rows(str(tmp_path), files, wanted, None)
     assert {k: v.tolist() for k, v in found.items()} == {
         "0.parquet": [7], "1.parquet": [99], "3.parquet": [0, 5]}
-    assert positional.rows_to_read(files, wanted) == 300
+    assert positional.rows_to_read(files, may_hold(files, np.sort(wanted))) == 300
     unknown = _actions([("0.parquet", 100, 0, 99), ("x.parquet", None, None, None)])
-    assert positional.rows_to_read(unknown, np.array([7], np.int64)) == 200
+    assert positional.rows_to_read(unknown, may_hold(unknown, np.array([7], np.int64))) == 200
+
+
+def _expiring(path, expires: list[int | None], group_rows: int) -> None:
+    pq.write_table(pa.table({"expires_at": pa.array(expires, pa.int64())}), path,
+                   row_group_size=group_rows)
+
+
+def test_due_rows_are_found_in_the_files_and_row_groups_whose_statistics_reach_t(tmp_path):
+    """A sweep at T deletes the rows with ``expires_at <= T`` (never a null: an entry
+    without expiry): in the row groups whose minimum reaches T, at their index in the whole
+    file; a file whose statistics start after T, or hold only nulls, is not opened (it
+    does not exist here); one without statistics is."""
+    _expiring(tmp_path / "a.parquet", [50, 10, None, 30, 90, 20, 70, 40], group_rows=2)
+    _expiring(tmp_path / "b.parquet", [5, None], group_rows=2)
+    files = pa.table({
+        "path": ["a.parquet", "b.parquet", "late.parquet", "nulls.parquet"],
+        "num_records": pa.array([8, 2, 3, 4], pa.int64()),
+        "min.expires_at": pa.array([10, None, 100, None], pa.int64()),
+        "null_count.expires_at": pa.array([1, None, 0, 4], pa.int64())})
+    assert positional.may_be_due(files, 40).tolist() == [True, True, False, False]
+    found = positional.find_due(str(tmp_path), files, 40)
+    # groups [50, 10], [None, 30], [90, 20], [70, 40]: every one reaches 40
+    assert {k: v.tolist() for k, v in found.items()} == {
+        "a.parquet": [1, 3, 5, 7], "b.parquet": [0]}
+    assert {k: v.tolist() for k, v in positional.find_due(str(tmp_path), files, 10).items()} \
+        == {"a.parquet": [1], "b.parquet": [0]}
+    assert positional.find_due(str(tmp_path), files, 4) == {}
+    assert positional.rows_to_read(files, positional.may_be_due(files, 40)) == 10

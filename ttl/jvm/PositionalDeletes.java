@@ -63,9 +63,10 @@ public final class PositionalDeletes {
      * {@code files.get(i)} (physical row indexes): adds to {@code actions} each such file's
      * entry with its new vector and the removal of its old entry, or only the removal when no
      * row is left; a file whose rows were all deleted already stays as it is. The vectors go
-     * to one new vector file. Returns how many rows it deleted that were not deleted before.
+     * to one new vector file. Returns how many rows it deleted that were not deleted before,
+     * and how many files it removed whole.
      */
-    public static long delete(DeltaLog log, OptimisticTransaction transaction,
+    public static long[] delete(DeltaLog log, OptimisticTransaction transaction,
                               List<AddFile> files, long[] rows, int[] ends, long now,
                               List<Action> actions) throws IOException {
         HadoopFileSystemDVStore store = new HadoopFileSystemDVStore(log.newDeltaHadoopConf());
@@ -74,6 +75,7 @@ public final class PositionalDeletes {
             store, store.pathWithFileSystem(log.dataPath()), prefix);
         DeletionVectorStoreUtils.Writer writer = created._1();
         long deleted = 0;
+        long removed = 0;
         try {
             int start = 0;
             for (int i = 0; i < files.size(); i++) {
@@ -93,6 +95,7 @@ public final class PositionalDeletes {
                 deleted += cardinality - before;
                 if ((Long) file.numPhysicalRecords().get() == cardinality) {
                     actions.add(file.removeWithTimestamp(now, true));  // no row left
+                    removed++;
                     continue;
                 }
                 DeletionVectorStoreUtils.DVRangeDescriptor written =
@@ -107,6 +110,6 @@ public final class PositionalDeletes {
         } finally {
             writer.close();
         }
-        return deleted;
+        return new long[] {deleted, removed};
     }
 }

@@ -47,6 +47,7 @@ read no statistics, the batch takes Delta's write.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import quote, unquote, urlparse
 
@@ -97,20 +98,16 @@ def _column_index(metadata: pq.FileMetaData, name: str) -> int | None:
     return None
 
 
-def _rows_in_file(file: str, hashes: HashSet, keys: pa.Array | None,
-                  filesystem=None) -> np.ndarray:
-    """The physical row indexes of ``file``'s rows whose ``key_hash`` is one of ``hashes``
-    (and, with ``keys``, whose key is one of them), reading only the row groups whose
-    ``key_hash`` statistics may hold one (on S3: a read of the footer, then one of each
-    such row group's columns)."""
-    parquet = pq.ParquetFile(file if filesystem is None
-                             else filesystem.open_input_file(file))
+def _rows_in_file(parquet: pq.ParquetFile, hashes: HashSet,
+                  keys: pa.Array | None) -> np.ndarray:
+    """The physical row indexes of ``parquet``'s rows whose ``key_hash`` is one of
+    ``hashes`` (and, with ``keys``, whose key is one of them), reading only the row groups
+    whose ``key_hash`` statistics may hold one (on S3: a read of the footer, then one of
+    each such row group's columns)."""
     metadata = parquet.metadata
-    if metadata.num_row_groups == 0:
-        return np.empty(0, np.int64)
     column = _column_index(metadata, "key_hash")
     if column is None:
-        raise PositionalUnsupported(f"{file} has no key_hash column")
+        raise PositionalUnsupported("no key_hash column")
     columns = ["key_hash"] if keys is None else ["key_hash", "key"]
     found, offset = [], 0
     for i in range(metadata.num_row_groups):
@@ -129,6 +126,28 @@ def _rows_in_file(file: str, hashes: HashSet, keys: pa.Array | None,
     return np.concatenate(found) if found else np.empty(0, np.int64)
 
 
+def _rows_due(parquet: pq.ParquetFile, t: int) -> np.ndarray:
+    """The physical row indexes of ``parquet``'s rows with ``expires_at <= t`` (not null:
+    never expires), reading only the row groups whose ``expires_at`` statistics may hold
+    one."""
+    metadata = parquet.metadata
+    column = _column_index(metadata, "expires_at")
+    if column is None:
+        raise PositionalUnsupported("no expires_at column")
+    found, offset = [], 0
+    for i in range(metadata.num_row_groups):
+        group = metadata.row_group(i)
+        stats = group.column(column).statistics
+        if stats is None or not stats.has_min_max or stats.min <= t:
+            values = parquet.read_row_group(i, columns=["expires_at"])["expires_at"]
+            due = pc.fill_null(pc.less_equal(values, pa.scalar(t, pa.int64())), False)
+            hit = np.flatnonzero(due.to_numpy(zero_copy_only=False))
+            if hit.size:
+                found.append(hit.astype(np.int64) + offset)
+        offset += group.num_rows
+    return np.concatenate(found) if found else np.empty(0, np.int64)
+
+
 def _file(root: str, path: str, remote: bool) -> str:
     """The file of an add action's ``path``, relative to the table (URL-encoded in Delta's
     log) or absolute (a URI): a local path, or (``remote``) S3's ``bucket/key``."""
@@ -138,15 +157,15 @@ def _file(root: str, path: str, remote: bool) -> str:
     return f"{root.rstrip('/')}/{unquote(path)}"
 
 
-def rows_to_read(files: pa.Table, hashes: np.ndarray) -> int:
-    """How many rows the files that may hold one of ``hashes`` have (a file without a row
-    count counts as unknown: all of the table's rows), which ``find_rows`` reads the
-    ``key_hash`` of (less the row groups their statistics skip)."""
+def rows_to_read(files: pa.Table, read: np.ndarray) -> int:
+    """How many rows the ``files`` that ``read`` marks have (a file without a row count
+    counts as unknown: all of the table's rows), whose ``key_hash`` (``find_rows``) or
+    ``expires_at`` (``find_due``) is read, less the row groups their statistics skip."""
     if not files.num_rows:
         return 0
     counts = (pc.fill_null(files["num_records"], -1).to_numpy()
               if "num_records" in files.column_names else np.full(files.num_rows, -1))
-    held = counts[may_hold(files, np.sort(hashes))]
+    held = counts[read]
     if (held < 0).any():
         return int(max(counts.clip(min=0).sum(), 1) * 2)  # unknown: as if more than all
     return int(held.sum())
@@ -166,25 +185,67 @@ def find_rows(path: str, files: pa.Table, hashes: np.ndarray, keys: pa.Array | N
     ``options``. Raises ``PositionalUnsupported`` when a file with such a row has no row
     count in its statistics (written without them): its entry with a deletion vector
     needs one, which Delta's own write reads from the file."""
+    matcher = HashSet(pa.array(hashes, pa.int64()))
+    return _find(path, files, may_hold(files, matcher.sorted), options,
+                 lambda parquet: _rows_in_file(parquet, matcher, keys))
+
+
+def may_be_due(files: pa.Table, t: int) -> np.ndarray:
+    """For each of ``files`` (delta-rs's flattened add actions), whether its
+    ``expires_at`` statistics say it may hold an entry with ``expires_at <= t``: its
+    minimum is at most ``t``, or it has no minimum and not only nulls (no statistics)."""
+    if "min.expires_at" not in files.column_names:
+        return np.ones(files.num_rows, bool)
+    low = files["min.expires_at"]
+    known = pc.is_valid(low).to_numpy(zero_copy_only=False)
+    due = pc.fill_null(pc.less_equal(low, pa.scalar(t, pa.int64())), False)
+    nulls = (pc.fill_null(pc.equal(files["null_count.expires_at"], files["num_records"]), False)
+             if {"null_count.expires_at", "num_records"} <= set(files.column_names)
+             else pa.array(np.zeros(files.num_rows, bool)))
+    return due.to_numpy(zero_copy_only=False) | (~known & ~nulls.to_numpy(zero_copy_only=False))
+
+
+def find_due(path: str, files: pa.Table, t: int,
+             options: dict[str, str] | None = None) -> dict[str, np.ndarray]:
+    """Per file of ``files``, the physical row indexes of its rows with ``expires_at <=
+    t``, reading only the files (``may_be_due``) and row groups whose ``expires_at``
+    statistics may hold one: the rows ``DELETE ... WHERE expires_at <= t`` deletes (a row
+    a deletion vector already removed may be among them). As ``find_rows``."""
+    return _find(path, files, may_be_due(files, t), options, lambda parquet: _rows_due(parquet, t))
+
+
+def _find(path: str, files: pa.Table, read: np.ndarray, options: dict[str, str] | None,
+          rows_of: Callable[[pq.ParquetFile], np.ndarray]) -> dict[str, np.ndarray]:
+    """``rows_of`` each of ``files`` that ``read`` marks, ``READERS`` at a time; the files
+    with rows, by their paths in ``files``."""
     root, filesystem = local_path(path), None
     if root is None:
         parsed = urlparse(path)
         root, filesystem = f"{parsed.netloc}{parsed.path}", delta_rs.s3_filesystem(options)
-    matcher = HashSet(pa.array(hashes, pa.int64()))
     counted = dict(zip(files["path"].to_pylist(),
                        (pc.is_valid(files["num_records"]).to_numpy(zero_copy_only=False)
                         if "num_records" in files.column_names
                         else np.zeros(files.num_rows, bool)), strict=True))
-    names = [files["path"][int(i)].as_py() for i in np.flatnonzero(may_hold(files, matcher.sorted))]
+    names = [files["path"][int(i)].as_py() for i in np.flatnonzero(read)]
+
+    def rows(name: str) -> np.ndarray:
+        file = _file(root, name, filesystem is not None)
+        parquet = pq.ParquetFile(file if filesystem is None
+                                 else filesystem.open_input_file(file))
+        if parquet.metadata.num_row_groups == 0:
+            return np.empty(0, np.int64)
+        try:
+            return rows_of(parquet)
+        except PositionalUnsupported as exc:
+            raise PositionalUnsupported(f"{name}: {exc}") from None
+
     with ThreadPoolExecutor(READERS) as pool:
-        found = pool.map(lambda name: _rows_in_file(_file(root, name, filesystem is not None),
-                                                    matcher, keys, filesystem), names)
         touched = {}
-        for name, rows in zip(names, found, strict=True):
-            if rows.size:
+        for name, found in zip(names, pool.map(rows, names), strict=True):
+            if found.size:
                 if not counted[name]:
                     raise PositionalUnsupported(f"{name} has no row count in its statistics")
-                touched[name] = rows
+                touched[name] = found
     return touched
 
 
@@ -199,39 +260,66 @@ def replace_by_position(spark, path: str, version: int, touched: dict[str, np.nd
     rows were matched by, as ``replaceUsing`` records them. Returns False, committing
     nothing, when ``txn`` was already committed (a replay). Run in ``spark`` as the
     thread's active session: Delta's transaction reads its settings there."""
-    with delta_log.active_session(spark):
-        return _commit(spark, path, version, touched, rows, predicate, txn, using)
+    jvm = spark.sparkContext._jvm
+    option, none = jvm.scala.Option, jvm.scala.Option.empty()
+    operation = getattr(jvm.org.apache.spark.sql.delta, "DeltaOperations$Write")(
+        jvm.org.apache.spark.sql.SaveMode.Overwrite, none, option.apply(predicate), none, none,
+        none, none, none, option.apply(using))
+    return _commit(spark, path, version, touched, rows, txn, operation) is not None
+
+
+def delete_by_position(spark, path: str, version: int, touched: dict[str, np.ndarray],
+                       predicate: str) -> int | None:
+    """Commit, on the table at ``version``, ``touched``'s rows (``find_due``) deleted, as
+    Delta's ``DELETE ... WHERE predicate`` would (its operation, ``DELETE``, with the
+    predicate and ``numDeletedRows`` in the log); the commit's userMetadata from the
+    session. Returns how many rows it deleted; ``None``, committing nothing, when none was
+    left to delete (as Delta's DELETE, which commits only when a row matches)."""
+    jvm = spark.sparkContext._jvm
+    parsed = spark._jsparkSession.sessionState().sqlParser().parseExpression(predicate)
+    condition = jvm.scala.jdk.javaapi.CollectionConverters.asScala(
+        jvm.java.util.Collections.singletonList(parsed)).toSeq()
+    operation = getattr(jvm.org.apache.spark.sql.delta, "DeltaOperations$Delete")(condition)
+    return _commit(spark, path, version, touched, None, None, operation, required=False)
 
 
 def _commit(spark, path: str, version: int, touched: dict[str, np.ndarray], rows,
-            predicate: str | None, txn: tuple[str, int] | None, using: str | None) -> bool:
-    jvm = spark.sparkContext._jvm
-    delta = jvm.org.apache.spark.sql.delta
-    option, none = jvm.scala.Option, jvm.scala.Option.empty()
-    seq = jvm.scala.jdk.javaapi.CollectionConverters
-    log_ = delta_log._jvm_log(spark, path)
-    snapshot = log_.getSnapshotAt(int(version), none, none, False)
-    transaction = log_.startTransaction(none, option.apply(snapshot))
-    if txn is not None and transaction.txnVersion(txn[0]) >= txn[1]:
-        return False
-    transaction.readWholeTable()
-    actions = jvm.java.util.ArrayList()
-    now = int(time.time() * 1000)
-    if txn is not None:
-        # A Python int this large reaches the JVM as a Long (Option[Long] needs one).
-        actions.add(delta.actions.SetTransaction(txn[0], int(txn[1]), option.apply(now)))
-    deleted = (_deletion_vectors(spark, log_, snapshot, transaction, touched, now, actions)
-               if touched else 0)
-    _register_metrics(spark, transaction, {"numDeletedRows": deleted,
-                                           "numAddedChangeFiles": 0})
-    if rows is not None:
-        for action in seq.asJava(transaction.writeFiles(rows._jdf)):
-            actions.add(action)
-    mode = jvm.org.apache.spark.sql.SaveMode.Overwrite
-    operation = getattr(delta, "DeltaOperations$Write")(
-        mode, none, option.apply(predicate), none, none, none, none, none, option.apply(using))
-    transaction.commit(seq.asScala(actions).toSeq(), operation)
-    return True
+            txn: tuple[str, int] | None, operation, required: bool = True) -> int | None:
+    """Commit ``operation`` on the table at ``version``: ``touched``'s rows deleted, ``rows``
+    inserted, with ``txn``; how many rows it deleted, or ``None`` when it committed
+    nothing (``txn`` committed already; unless ``required``, no row to delete or insert).
+    Run in ``spark`` as the thread's active session: Delta's transaction reads its
+    settings there."""
+    with delta_log.active_session(spark):
+        jvm = spark.sparkContext._jvm
+        delta = jvm.org.apache.spark.sql.delta
+        option, none = jvm.scala.Option, jvm.scala.Option.empty()
+        seq = jvm.scala.jdk.javaapi.CollectionConverters
+        log_ = delta_log._jvm_log(spark, path)
+        snapshot = log_.getSnapshotAt(int(version), none, none, False)
+        transaction = log_.startTransaction(none, option.apply(snapshot))
+        if txn is not None and transaction.txnVersion(txn[0]) >= txn[1]:
+            return None
+        transaction.readWholeTable()
+        actions = jvm.java.util.ArrayList()
+        now = int(time.time() * 1000)
+        if txn is not None:
+            # A Python int this large reaches the JVM as a Long (Option[Long] needs one).
+            actions.add(delta.actions.SetTransaction(txn[0], int(txn[1]), option.apply(now)))
+        deleted, removed = (_deletion_vectors(spark, log_, snapshot, transaction, touched, now,
+                                              actions) if touched else (0, 0))
+        if not required and rows is None and not deleted:
+            return None
+        # Delta's DELETE reads both when it reports its metrics (without them its commit
+        # fails); the batch line logs ``numDeletedRows``.
+        _register_metrics(spark, transaction, {"numDeletedRows": deleted,
+                                               "numRemovedFiles": removed,
+                                               "numAddedChangeFiles": 0})
+        if rows is not None:
+            for action in seq.asJava(transaction.writeFiles(rows._jdf)):
+                actions.add(action)
+        transaction.commit(seq.asScala(actions).toSeq(), operation)
+        return deleted
 
 
 def _java_array(spark, values: np.ndarray, kind: str):
@@ -270,11 +358,11 @@ def helper(spark):
 
 
 def _deletion_vectors(spark, log_, snapshot, transaction, touched: dict[str, np.ndarray],
-                      now: int, actions) -> int:
+                      now: int, actions) -> tuple[int, int]:
     """Add to ``actions`` each touched file's entry with its new deletion vector (its old
     rows and ``touched``'s), and the removal of its old entry, written in one vector file
     (``PositionalDeletes.java``: one call into the JVM for all the files); returns how many
-    rows it deleted that were not deleted before."""
+    rows it deleted that were not deleted before, and how many files it removed whole."""
     jvm = spark.sparkContext._jvm
     functions = jvm.org.apache.spark.sql.functions
     deletes = helper(spark)
@@ -297,6 +385,7 @@ def _deletion_vectors(spark, log_, snapshot, transaction, touched: dict[str, np.
     transaction.trackFilesRead(jvm.scala.jdk.javaapi.CollectionConverters.asScala(olds).toSeq())
     rows = [touched[wanted[p]] for p in paths]
     ends = np.cumsum([len(r) for r in rows])
-    return int(deletes.delete(log_, transaction, olds,
-                              _java_array(spark, np.concatenate(rows), "long"),
-                              _java_array(spark, ends, "int"), now, actions))
+    counts = deletes.delete(log_, transaction, olds,
+                            _java_array(spark, np.concatenate(rows), "long"),
+                            _java_array(spark, ends, "int"), now, actions)
+    return int(counts[0]), int(counts[1])

@@ -67,6 +67,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+import numpy as np
+
 from ttl import commit, delta_log
 from ttl.errors import PositionalUnsupported, StaleLookup
 from ttl.model import Counts, Semantics
@@ -80,7 +82,7 @@ from ttl.store.layout import (
     key_hashes,
     set_properties,
 )
-from ttl.store.lookup import PRUNE_KEYS, Lookup
+from ttl.store.lookup import PRUNE_KEYS, Lookup, may_hold
 
 __all__ = ["WriteResult", "append_dead_letters", "append_expired_keys", "append_rows",
            "at_stable_version", "commit_write", "empty_commit", "final_metadata",
@@ -465,7 +467,8 @@ def _positional_rows(spark, path: str, version: int, lookup: Lookup, changes, ki
     hashes = pc.unique(key_hashes(changes["key"])).to_numpy()
     try:
         if (not positional.supported(spark, path, version, files, lookup.options)
-                or positional.rows_to_read(files, hashes) > POSITIONAL_ROWS):
+                or positional.rows_to_read(files, may_hold(files, np.sort(hashes)))
+                > POSITIONAL_ROWS):
             return None
         return positional.find_rows(path, files, hashes, None if by_hash else changes["key"],
                                     lookup.options)
