@@ -1,13 +1,17 @@
 """Eviction: sweeps by wall clock or stream time, TTL changes, dry runs (docs/semantics.md).
 
-A sweep at clock value T is one Delta ``DELETE ... WHERE expires_at <= T``: the predicate is
-evaluated inside the commit (never a key list planned earlier), so a key refreshed by a
-concurrent write survives, also on a retry. The commit carries ``op=sweep``, the clock, T and
-a sweep id in its metadata, which is how the changelog publisher tags each evicted key's
-tombstone ``ttl.op=expire`` with ``ttl.clock``. A second sweep at the same T finds nothing:
-sweeps are idempotent.
+A sweep at clock value T is one commit that deletes the rows with ``expires_at <= T`` in
+the version it is made on (never a key list planned earlier), so a key refreshed by a
+concurrent write survives, also on a retry: Delta's ``DELETE ... WHERE expires_at <= T``,
+which evaluates the predicate inside its commit, or ttl's delete by position
+(``_delete_by_position``), which finds the due rows in one version and commits on it, and
+which Delta refuses when a commit that changed rows landed after that version (the sweep
+then runs again). The commit carries ``op=sweep``, the clock, T and a sweep id in its
+metadata, which is how the changelog publisher tags each evicted key's tombstone
+``ttl.op=expire`` with ``ttl.clock``. A second sweep at the same T finds nothing: sweeps
+are idempotent.
 
-Cost: a DELETE reads only files whose ``expires_at`` min/max range reaches T (data skipping;
+Cost: either reads only files whose ``expires_at`` min/max range reaches T (data skipping;
 statistics are kept for ``expires_at``) and writes deletion vectors instead of rewriting
 files, so it follows the number of expired entries as far as the file layout allows;
 ``optimize`` orders files by ``expires_at`` (Z-order) to keep those ranges narrow, unless
