@@ -1,4 +1,4 @@
-"""A batch's replace made by ttl: the stored rows it replaces deleted by their position.
+"""A batch's replace and a sweep's delete made by ttl: the stored rows deleted by position.
 
 Delta's own replace of a batch's keys (``replaceWhere``, or ``replaceUsing`` where the
 files' statistics skip nothing) finds the rows to delete with Spark: file skipping on the
@@ -38,10 +38,17 @@ model tests hold both paths to the reference model, and a test compares their ta
 change feeds (``tests/integration/test_store.py``). Measured
 (``tests.bench.big_state --vs-delta-write``) in docs/performance.md.
 
+A sweep at T (``ttl.eviction``) is made the same way, as Delta's ``DELETE WHERE expires_at
+<= T`` would be: ``find_due`` reads the ``expires_at`` of the files and row groups whose
+statistics reach T, and ``delete_by_position`` commits their due rows' deletion as a
+``DELETE`` (no commit when none is left; ``tests/integration/test_eviction.py`` compares
+the tables and change feeds with Delta's).
+
 Used for a table on the local file system or on S3 (its files read with the lookup's
-delta-rs storage options, through Arrow's S3 client) with deletion vectors enabled and no
-column mapping (the files' column names are the table's); otherwise, or when the lookup
-read no statistics, the batch takes Delta's write.
+delta-rs storage options, through Arrow's S3 client) with deletion vectors enabled, no
+column mapping (the files' column names are the table's) and ttl's jar on the classpath;
+otherwise, or when the lookup read no statistics, the batch takes Delta's write (the
+sweep, Delta's ``DELETE``).
 """
 
 from __future__ import annotations
@@ -61,7 +68,8 @@ from ttl.errors import PositionalUnsupported
 from ttl.names import S3_SCHEMES
 from ttl.store.lookup import HashSet, in_ranges, local_path, may_hold
 
-__all__ = ["find_rows", "replace_by_position", "rows_to_read", "supported"]
+__all__ = ["delete_by_position", "find_due", "find_rows", "may_be_due", "replace_by_position",
+           "rows_to_read", "supported"]
 
 
 def supported(spark, path: str, version: int, files: pa.Table,
