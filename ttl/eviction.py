@@ -5,11 +5,11 @@ the version it is made on (never a key list planned earlier), so a key refreshed
 concurrent write survives, also on a retry: Delta's ``DELETE ... WHERE expires_at <= T``,
 which evaluates the predicate inside its commit, or ttl's delete by position
 (``_delete_by_position``), which finds the due rows in one version and commits on it, and
-which Delta refuses when a commit that changed rows landed after that version (the sweep
-then runs again). The commit carries ``op=sweep``, the clock, T and a sweep id in its
-metadata, which is how the changelog publisher tags each evicted key's tombstone
-``ttl.op=expire`` with ``ttl.clock``. A second sweep at the same T finds nothing: sweeps
-are idempotent.
+which Delta refuses when a commit that removed or rewrote rows landed after that version
+(the sweep then runs again; a blind append passes, as it does beside Delta's DELETE).
+The commit carries ``op=sweep``, the clock, T and a sweep id in its metadata, which is how
+the changelog publisher tags each evicted key's tombstone ``ttl.op=expire`` with
+``ttl.clock``. A second sweep at the same T finds nothing: sweeps are idempotent.
 
 Cost: either reads only files whose ``expires_at`` min/max range reaches T (data skipping;
 statistics are kept for ``expires_at``) and writes deletion vectors instead of rewriting
@@ -159,11 +159,12 @@ def _delete_by_position(store, t: int, predicate: str) -> bool:
     """The sweep's DELETE made by ttl (``positional.delete_by_position``): the driver reads
     the ``expires_at`` of the files and row groups whose statistics may hold a due entry
     and deletes the due rows by their position, in Delta's transaction at the version it
-    read (a commit after it makes Delta refuse this one, and the sweep runs again), where
+    read (a commit after it that removed or rewrote rows makes Delta refuse this one, and
+    the sweep runs again), where
     Delta's DELETE runs about ten Spark jobs. False, having written nothing, when the
-    table does not take it (``positional.supported``; more than ``write.POSITIONAL_ROWS``
-    rows to read; switched off with the batches' replace by position): the caller then
-    runs Delta's DELETE."""
+    table does not take it (``positional.rows_to_delete``; switched off with the batches'
+    replace by position), or a step before its commit failed: the caller then runs
+    Delta's DELETE."""
     if not write.positional_enabled(store.spark):
         return False
     options = store.lookup.options
@@ -171,24 +172,20 @@ def _delete_by_position(store, t: int, predicate: str) -> bool:
         version = delta_log.latest_version(store.spark, store.path)
         files = pa.table(delta_rs.table(store.path, options, version)
                          .get_add_actions(flatten=True))
-        if (not positional.supported(store.spark, store.path, version, files, options)
-                or positional.rows_to_read(files, positional.may_be_due(files, t))
-                > write.POSITIONAL_ROWS):
-            return False
-        touched = positional.find_due(store.path, files, t, options)
-    except PositionalUnsupported as exc:
-        log.info("%s: Delta's DELETE instead of a delete by position: %s", store.path, exc)
-        return False
     except Exception as exc:  # noqa: BLE001 - nothing written yet: Delta's DELETE is safe
-        log.warning("%s: Delta's DELETE instead of a delete by position, which failed to "
-                    "read the files: %s: %s", store.path, type(exc).__name__, exc)
+        log.warning("%s: Delta's DELETE instead of ttl's by position, which failed to read "
+                    "the log: %s: %s", store.path, type(exc).__name__, exc)
+        return False
+    touched = positional.rows_to_delete(
+        store.spark, store.path, version, files, positional.may_be_due(files, t),
+        lambda: positional.find_due(store.path, files, t, options), options, "Delta's DELETE")
+    if touched is None:
         return False
     if touched:
         try:
             positional.delete_by_position(store.spark, store.path, version, touched, predicate)
-        except PositionalUnsupported as exc:  # raised before anything is written
-            log.warning("%s: Delta's DELETE instead of a delete by position: %s",
-                        store.path, exc)
+        except PositionalUnsupported as exc:  # raised before anything is committed
+            log.warning("%s: Delta's DELETE instead of ttl's by position: %s", store.path, exc)
             return False
     return True
 

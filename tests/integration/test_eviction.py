@@ -729,3 +729,55 @@ def test_a_delete_by_position_gives_the_table_and_change_feed_of_deltas_delete(
     assert {op for op, _, _ in mine[2]} == {"DELETE"}
     assert all("expires_at" in predicate for _, predicate, _ in mine[2])
     assert mine[3] == theirs[3] and set(mine[3]) == {b"k050"}
+
+
+def test_a_sweep_by_position_that_a_refresh_overtakes_runs_again_and_keeps_the_key(
+        spark, table_path, monkeypatch):
+    """A batch that refreshes a due key commits between the sweep's read of the due rows
+    and its commit: Delta refuses the sweep's commit (the refresh rewrote a file it read),
+    the sweep runs again from the new version, and the refreshed key survives while the
+    others go."""
+    from ttl.store import positional
+
+    store = make_store(spark, table_path)
+    store.apply_records(recs(*[(b"k%d" % i, b"v0", NOW - TTL + 10) for i in range(6)]))
+    writer = make_store(spark, table_path)
+    real = positional.delete_by_position
+    calls = []
+
+    def overtaken(*args, **kwargs):
+        if not calls:  # the refresh lands after the due rows were read
+            writer.apply_records(recs((b"k3", b"fresh", NOW + 5_000)))
+        calls.append(args[2])  # the version the rows were read at
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(positional, "delete_by_position", overtaken)
+    result = eviction.sweep(store, "wall", NOW + 10)
+    assert (result.write, result.retries, result.evicted) == ("positional", 1, 5)
+    assert len(calls) == 2 and calls[1] == calls[0] + 1
+    entries = store.entries(at=-(2**63))
+    assert set(entries) == {b"k3"} and entries[b"k3"].value == b"fresh"
+
+
+def test_a_sweep_by_position_that_fails_before_its_commit_is_deltas_delete(
+        spark, table_path, monkeypatch, caplog):
+    """A failure after the due rows were read but before anything is committed (here in
+    the deletion vectors' step) leaves the sweep to Delta's DELETE: one commit, the same
+    evictions, and one warning line that says why."""
+    import logging
+
+    from ttl.store import positional
+
+    store = make_store(spark, table_path)
+    store.apply_records(recs(*[(b"k%d" % i, b"v0", NOW - TTL + 10 * i) for i in range(1, 7)]))
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("planted: the vector store failed")
+
+    monkeypatch.setattr(positional, "_deletion_vectors", broken)
+    with caplog.at_level(logging.WARNING, logger="ttl.eviction"):
+        result = eviction.sweep(store, "wall", NOW + 30)
+    assert (result.write, result.evicted) == ("delete", 3)
+    assert any("planted" in r.getMessage() and "RuntimeError" in r.getMessage()
+               for r in caplog.records)
+    assert keys(store) == {b"k4", b"k5", b"k6"}

@@ -8,9 +8,8 @@ joins that put the files' statistics back on the new file entries: about ten Spa
 and the driver's planning between them, even for 20 rows (docs/performance.md, "What a
 20-update batch's write runs"). Here the same commit is made with two small Spark jobs
 (the touched files' entries from the snapshot's state, the insert) and the driver's own
-reads, when the files that can hold the batch's keys have at most
-``write.POSITIONAL_ROWS`` rows (the driver reads their ``key_hash``, where Delta's scan
-runs in Spark's tasks):
+reads, when the files that can hold the batch's keys have at most ``MAX_ROWS`` rows (the
+driver reads their ``key_hash``, where Delta's scan runs in Spark's tasks):
 
 1. the files that may hold a changed key, from the ``key_hash`` statistics the batch's
    lookup already read (delta-rs's add actions at the lookup's version);
@@ -53,6 +52,7 @@ sweep, Delta's ``DELETE``).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -68,8 +68,10 @@ from ttl.errors import PositionalUnsupported
 from ttl.names import S3_SCHEMES
 from ttl.store.lookup import HashSet, in_ranges, local_path, may_hold
 
-__all__ = ["delete_by_position", "find_due", "find_rows", "may_be_due", "replace_by_position",
-           "rows_to_read", "supported"]
+log = logging.getLogger(__name__)
+
+__all__ = ["MAX_ROWS", "delete_by_position", "find_due", "find_rows", "may_be_due",
+           "replace_by_position", "rows_to_delete", "rows_to_read", "supported"]
 
 
 def supported(spark, path: str, version: int, files: pa.Table,
@@ -106,54 +108,58 @@ def _column_index(metadata: pq.FileMetaData, name: str) -> int | None:
     return None
 
 
-def _rows_in_file(parquet: pq.ParquetFile, hashes: HashSet,
-                  keys: pa.Array | None) -> np.ndarray:
-    """The physical row indexes of ``parquet``'s rows whose ``key_hash`` is one of
-    ``hashes`` (and, with ``keys``, whose key is one of them), reading only the row groups
-    whose ``key_hash`` statistics may hold one (on S3: a read of the footer, then one of
-    each such row group's columns)."""
+def _rows_by_group(parquet: pq.ParquetFile, column: str, reaches: Callable[[object], bool],
+                   hits: Callable[[int], np.ndarray]) -> np.ndarray:
+    """The physical row indexes (in the whole file) that ``hits`` finds in each row group
+    (by its index) whose ``column`` statistics ``reaches`` says may hold one (given a
+    statistics object with a minimum and maximum), or that has none; the other row groups
+    are not read."""
     metadata = parquet.metadata
-    column = _column_index(metadata, "key_hash")
-    if column is None:
-        raise PositionalUnsupported("no key_hash column")
-    columns = ["key_hash"] if keys is None else ["key_hash", "key"]
+    index = _column_index(metadata, column)
+    if index is None:
+        raise PositionalUnsupported(f"no {column} column")
     found, offset = [], 0
     for i in range(metadata.num_row_groups):
         group = metadata.row_group(i)
-        stats = group.column(column).statistics
-        if (stats is None or not stats.has_min_max
-                or in_ranges(hashes.sorted, np.array([stats.min]), np.array([stats.max]))[0]):
-            rows = parquet.read_row_group(i, columns=columns)
-            hit = hashes.rows(rows["key_hash"])
-            if keys is not None and hit.size:
-                held = pc.is_in(rows["key"].take(pa.array(hit)), value_set=keys)
-                hit = hit[pc.fill_null(held, False).to_numpy(zero_copy_only=False)]
+        stats = group.column(index).statistics
+        if stats is None or not stats.has_min_max or reaches(stats):
+            hit = hits(i)
             if hit.size:
                 found.append(hit.astype(np.int64) + offset)
         offset += group.num_rows
     return np.concatenate(found) if found else np.empty(0, np.int64)
+
+
+def _rows_in_file(parquet: pq.ParquetFile, hashes: HashSet,
+                  keys: pa.Array | None) -> np.ndarray:
+    """The physical row indexes of ``parquet``'s rows whose ``key_hash`` is one of
+    ``hashes`` (and, with ``keys``, whose key is one of them: read only in a row group
+    with such a hash), reading only the row groups whose ``key_hash`` statistics may hold
+    one (on S3: a read of the footer, then one of each such row group's columns)."""
+
+    def hits(group: int) -> np.ndarray:
+        hit = hashes.rows(parquet.read_row_group(group, columns=["key_hash"])["key_hash"])
+        if keys is not None and hit.size:
+            stored = parquet.read_row_group(group, columns=["key"])["key"]
+            held = pc.is_in(stored.take(pa.array(hit)), value_set=keys)
+            hit = hit[pc.fill_null(held, False).to_numpy(zero_copy_only=False)]
+        return hit
+
+    return _rows_by_group(parquet, "key_hash", lambda stats: bool(in_ranges(
+        hashes.sorted, np.array([stats.min]), np.array([stats.max]))[0]), hits)
 
 
 def _rows_due(parquet: pq.ParquetFile, t: int) -> np.ndarray:
     """The physical row indexes of ``parquet``'s rows with ``expires_at <= t`` (not null:
     never expires), reading only the row groups whose ``expires_at`` statistics may hold
     one."""
-    metadata = parquet.metadata
-    column = _column_index(metadata, "expires_at")
-    if column is None:
-        raise PositionalUnsupported("no expires_at column")
-    found, offset = [], 0
-    for i in range(metadata.num_row_groups):
-        group = metadata.row_group(i)
-        stats = group.column(column).statistics
-        if stats is None or not stats.has_min_max or stats.min <= t:
-            values = parquet.read_row_group(i, columns=["expires_at"])["expires_at"]
-            due = pc.fill_null(pc.less_equal(values, pa.scalar(t, pa.int64())), False)
-            hit = np.flatnonzero(due.to_numpy(zero_copy_only=False))
-            if hit.size:
-                found.append(hit.astype(np.int64) + offset)
-        offset += group.num_rows
-    return np.concatenate(found) if found else np.empty(0, np.int64)
+
+    def hits(group: int) -> np.ndarray:
+        values = parquet.read_row_group(group, columns=["expires_at"])["expires_at"]
+        due = pc.fill_null(pc.less_equal(values, pa.scalar(t, pa.int64())), False)
+        return np.flatnonzero(due.to_numpy(zero_copy_only=False))
+
+    return _rows_by_group(parquet, "expires_at", lambda stats: stats.min <= t, hits)
 
 
 def _file(root: str, path: str, remote: bool) -> str:
@@ -179,22 +185,55 @@ def rows_to_read(files: pa.Table, read: np.ndarray) -> int:
     return int(held.sum())
 
 
+#: Rows are deleted by position when the files that can hold them (by their statistics:
+#: every file of a table whose files each span the whole ``key_hash`` range, for a batch
+#: of many keys or a sweep on that layout) have at most this many rows, which the driver
+#: reads one column of; past it, Delta's write or ``DELETE``, whose scan runs in Spark's
+#: tasks (on a cluster, spread over the executors). Measured (2026-11-30): the driver
+#: reads the ``key_hash`` of 10M rows in about 0.1 s here.
+MAX_ROWS = 100_000_000
+
+
+def rows_to_delete(spark, path: str, version: int, files: pa.Table, read: np.ndarray,
+                   find: Callable[[], dict[str, np.ndarray]],
+                   options: dict[str, str] | None, instead: str) -> dict | None:
+    """``find()`` (``find_rows``, ``find_due``): the rows a delete by position of the table
+    at ``version`` would delete in ``files`` (delta-rs's add actions at it), when the table
+    takes one (``supported``) and the files ``read`` marks have at most ``MAX_ROWS`` rows;
+    else ``None``, ``instead`` (Delta's write, its DELETE) being the caller's to make: a
+    failure to read the files is one log line, and nothing has been written."""
+    try:
+        if (not supported(spark, path, version, files, options)
+                or rows_to_read(files, read) > MAX_ROWS):
+            return None
+        return find()
+    except PositionalUnsupported as exc:
+        log.info("%s: %s instead of ttl's by position: %s", path, instead, exc)
+    except Exception as exc:  # noqa: BLE001 - nothing written yet: Delta's is safe
+        log.warning("%s: %s instead of ttl's by position, which failed to read the files: "
+                    "%s: %s", path, instead, type(exc).__name__, exc)
+    return None
+
+
 #: ``find_rows`` reads this many files at a time (on S3 each is a footer read and ranged
 #: reads, one after another; Arrow releases the GIL while it reads and decodes).
 READERS = 8
 
 
 def find_rows(path: str, files: pa.Table, hashes: np.ndarray, keys: pa.Array | None,
-              options: dict[str, str] | None = None) -> dict[str, np.ndarray]:
+              options: dict[str, str] | None = None,
+              read: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Per file of ``files`` (delta-rs's flattened add actions of the table at ``path``),
     the physical row indexes of its rows with one of ``hashes`` (and one of ``keys``,
     unless ``None``): files whose ``key_hash`` statistics hold none of them are not
     opened; a file without them is. A table on S3 is read with delta-rs's storage
     ``options``. Raises ``PositionalUnsupported`` when a file with such a row has no row
     count in its statistics (written without them): its entry with a deletion vector
-    needs one, which Delta's own write reads from the file."""
+    needs one, which Delta's own write reads from the file. ``read``: ``may_hold`` of
+    the hashes, when the caller has it."""
     matcher = HashSet(pa.array(hashes, pa.int64()))
-    return _find(path, files, may_hold(files, matcher.sorted), options,
+    return _find(path, files, may_hold(files, matcher.sorted) if read is None else read,
+                 options,
                  lambda parquet: _rows_in_file(parquet, matcher, keys))
 
 
@@ -222,10 +261,18 @@ def find_due(path: str, files: pa.Table, t: int,
     return _find(path, files, may_be_due(files, t), options, lambda parquet: _rows_due(parquet, t))
 
 
+#: At most this many rows are deleted by position in one commit: their indexes are held in
+#: the driver and handed to the JVM as one array (8 bytes a row on each side, and the copy
+#: Py4J makes), so a sweep that finds more (a catch-up after an outage, a shorter TTL)
+#: leaves them to Delta's ``DELETE``, whose tasks hold them.
+MAX_DELETES = 10_000_000
+
+
 def _find(path: str, files: pa.Table, read: np.ndarray, options: dict[str, str] | None,
           rows_of: Callable[[pq.ParquetFile], np.ndarray]) -> dict[str, np.ndarray]:
     """``rows_of`` each of ``files`` that ``read`` marks, ``READERS`` at a time; the files
-    with rows, by their paths in ``files``."""
+    with rows, by their paths in ``files``. Raises ``PositionalUnsupported`` past
+    ``MAX_DELETES`` rows."""
     root, filesystem = local_path(path), None
     if root is None:
         parsed = urlparse(path)
@@ -248,12 +295,15 @@ def _find(path: str, files: pa.Table, read: np.ndarray, options: dict[str, str] 
             raise PositionalUnsupported(f"{name}: {exc}") from None
 
     with ThreadPoolExecutor(READERS) as pool:
-        touched = {}
+        touched, total = {}, 0
         for name, found in zip(names, pool.map(rows, names), strict=True):
             if found.size:
                 if not counted[name]:
                     raise PositionalUnsupported(f"{name} has no row count in its statistics")
                 touched[name] = found
+                total += found.size
+                if total > MAX_DELETES:
+                    raise PositionalUnsupported(f"more than {MAX_DELETES:,} rows to delete")
     return touched
 
 
@@ -314,18 +364,24 @@ def _commit(spark, path: str, version: int, touched: dict[str, np.ndarray], rows
         if txn is not None:
             # A Python int this large reaches the JVM as a Long (Option[Long] needs one).
             actions.add(delta.actions.SetTransaction(txn[0], int(txn[1]), option.apply(now)))
-        deleted, removed = (_deletion_vectors(spark, log_, snapshot, transaction, touched, now,
-                                              actions) if touched else (0, 0))
-        if not required and rows is None and not deleted:
-            return None
-        # Delta's DELETE reads both when it reports its metrics (without them its commit
-        # fails); the batch line logs ``numDeletedRows``.
-        _register_metrics(spark, transaction, {"numDeletedRows": deleted,
-                                               "numRemovedFiles": removed,
-                                               "numAddedChangeFiles": 0})
-        if rows is not None:
-            for action in seq.asJava(transaction.writeFiles(rows._jdf)):
-                actions.add(action)
+        try:  # nothing is committed before ``commit``: Delta's write is still safe
+            deleted, removed = (_deletion_vectors(spark, log_, snapshot, transaction, touched,
+                                                  now, actions) if touched else (0, 0))
+            if not required and rows is None and not deleted:
+                return None
+            # Delta's DELETE reads both when it reports its metrics (without them its
+            # commit fails); the batch line logs ``numDeletedRows``.
+            _register_metrics(spark, transaction, {"numDeletedRows": deleted,
+                                                   "numRemovedFiles": removed,
+                                                   "numAddedChangeFiles": 0})
+            if rows is not None:
+                for action in seq.asJava(transaction.writeFiles(rows._jdf)):
+                    actions.add(action)
+        except PositionalUnsupported:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one line for the caller's fallback
+            raise PositionalUnsupported(f"{type(exc).__name__}: "
+                                        f"{str(exc).strip().splitlines()[0][:300]}") from exc
         transaction.commit(seq.asScala(actions).toSeq(), operation)
         return deleted
 
@@ -361,8 +417,18 @@ def helper(spark):
     classpath."""
     from py4j.java_gateway import JavaClass
 
+    global _WARNED_NO_JAR
     found = spark.sparkContext._jvm.ttl.delta.PositionalDeletes
-    return found if isinstance(found, JavaClass) else None
+    if isinstance(found, JavaClass):
+        return found
+    if not _WARNED_NO_JAR:
+        log.warning("ttl's jar is not on the classpath (`ttl setup` builds it with a JDK): "
+                    "batches and sweeps take Delta's write and DELETE, slower")
+        _WARNED_NO_JAR = True
+    return None
+
+
+_WARNED_NO_JAR = False  # per process: one JVM, one classpath
 
 
 def _deletion_vectors(spark, log_, snapshot, transaction, touched: dict[str, np.ndarray],

@@ -29,7 +29,7 @@ Plan, per micro-batch (the records arrive as one Arrow table, the stream's one r
      that the hashes tell their rows apart (``WriteResult.by_hash``);
    * ``positional`` instead of ``replace`` or ``replace_where`` (or ``merge``, below),
      when the batch's delta-rs lookup read the files' statistics, the files that can hold
-     its keys have at most ``POSITIONAL_ROWS`` rows and the table (local or on S3) has
+     its keys have at most ``positional.MAX_ROWS`` rows and the table (local or on S3) has
      deletion vectors (``ttl.store.positional``):
      the same rows deleted and inserted, found by the driver in the row groups that can
      hold them and committed through Delta's transaction with two small Spark jobs (the
@@ -434,16 +434,11 @@ BY_HASH_WRITES = ("replace", "replace_where", "positional")
 POSITIONAL_ENABLED = "spark.ttl.write.positional.enabled"
 
 
-#: A replace by position (``ttl.store.positional``) when the files that can hold the
-#: batch's keys (by their ``key_hash`` statistics: every file of a table whose files each
-#: span the whole ``key_hash`` range) have at most this many rows, whose ``key_hash`` the
-#: driver reads; past it, Delta's write, whose scan runs in Spark's tasks (on a cluster,
-#: spread over the executors). Measured, ttl's write against Delta's, batch and write
-#: phase, medians of 3 alternated pairs (2026-11-30): 100,000 updates on 1M keys, 1.41 /
-#: 0.74 s against 2.58 / 1.94 s; on 10M keys 1.83 / 0.88 s against 3.42 / 2.48 s;
-#: 500,000 updates on 1M keys 3.35 / 2.12 s against 4.48 / 3.25 s. The driver reads the
-#: ``key_hash`` of 10M rows in about 0.1 s here.
-POSITIONAL_ROWS = 100_000_000
+#: Measured, ttl's replace by position against Delta's write, batch and write phase,
+#: medians of alternated pairs (``tests.bench.big_state --vs-delta-write``, 2026-11-30):
+#: 20 updates on 10M keys, 0.54 / 0.24 s against 1.14 / 0.80 s; 100,000 uniform updates on
+#: 1M keys 1.11 / 0.63 s against 1.78 / 1.25 s, on 10M keys 1.61 / 0.74 s against 2.82 /
+#: 1.87 s. Its bound is the rows the driver reads (``positional.MAX_ROWS``).
 
 
 def positional_enabled(spark) -> bool:
@@ -464,20 +459,13 @@ def _positional_rows(spark, path: str, version: int, lookup: Lookup, changes, ki
     files = lookup.files_at(path, version)
     if files is None or not positional_enabled(spark):
         return None
-    hashes = pc.unique(key_hashes(changes["key"])).to_numpy()
-    try:
-        if (not positional.supported(spark, path, version, files, lookup.options)
-                or positional.rows_to_read(files, may_hold(files, np.sort(hashes)))
-                > POSITIONAL_ROWS):
-            return None
-        return positional.find_rows(path, files, hashes, None if by_hash else changes["key"],
-                                    lookup.options)
-    except PositionalUnsupported as exc:
-        log.info("%s: Delta's write instead of a replace by position: %s", path, exc)
-    except Exception as exc:  # noqa: BLE001 - nothing written yet: Delta's write is safe
-        log.warning("%s: Delta's write instead of a replace by position, which failed to "
-                    "read the files: %s: %s", path, type(exc).__name__, exc)
-    return None
+    hashes = np.sort(pc.unique(key_hashes(changes["key"])).to_numpy())
+    read = may_hold(files, hashes)
+    return positional.rows_to_delete(
+        spark, path, version, files, read,
+        lambda: positional.find_rows(path, files, hashes,
+                                     None if by_hash else changes["key"], lookup.options, read),
+        lookup.options, "Delta's write")
 
 
 def _by_position(spark, path: str, version: int, changes, wall_ms: int,
