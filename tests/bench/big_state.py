@@ -284,8 +284,8 @@ def measure(spark, keys: int, args, layout: str) -> dict[str, float]:
             figures.stop()
         out["files"] = spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()["numFiles"]
         out["python_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        out["jvm_heap_mb"] = _jvm_heap_mb(spark)
         store.quiesce()  # a checkpoint under way would fail as the directory goes
+        out["jvm_heap_mb"] = _jvm_heap_mb(spark)  # what the settled store holds
         return out
     finally:
         shutil.rmtree(work, ignore_errors=True)
