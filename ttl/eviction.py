@@ -5,8 +5,8 @@ the version it is made on (never a key list planned earlier), so a key refreshed
 concurrent write survives, also on a retry: Delta's ``DELETE ... WHERE expires_at <= T``,
 which evaluates the predicate inside its commit, or ttl's delete by position
 (``_delete_by_position``), which finds the due rows in one version and commits on it, and
-which Delta refuses when a commit that removed or rewrote rows landed after that version
-(the sweep then runs again; a blind append passes, as it does beside Delta's DELETE).
+which Delta refuses when any commit but a blind append landed after that version (the
+sweep then runs again; a blind append passes, as it does beside Delta's DELETE).
 The commit carries ``op=sweep``, the clock, T and a sweep id in its metadata, which is how
 the changelog publisher tags each evicted key's tombstone ``ttl.op=expire`` with
 ``ttl.clock``. A second sweep at the same T finds nothing: sweeps are idempotent.
@@ -159,9 +159,9 @@ def _delete_by_position(store, t: int, predicate: str) -> bool:
     """The sweep's DELETE made by ttl (``positional.delete_by_position``): the driver reads
     the ``expires_at`` of the files and row groups whose statistics may hold a due entry
     and deletes the due rows by their position, in Delta's transaction at the version it
-    read (a commit after it that removed or rewrote rows makes Delta refuse this one, and
-    the sweep runs again), where
-    Delta's DELETE runs about ten Spark jobs. False, having written nothing, when the
+    read (any commit after it but a blind append makes Delta refuse this one, and the
+    sweep runs again), where
+    Delta's DELETE runs about ten Spark jobs. False, having committed nothing, when the
     table does not take it (``positional.rows_to_delete``; switched off with the batches'
     replace by position), or a step before its commit failed: the caller then runs
     Delta's DELETE."""

@@ -775,9 +775,11 @@ def test_a_sweep_by_position_that_fails_before_its_commit_is_deltas_delete(
         raise RuntimeError("planted: the vector store failed")
 
     monkeypatch.setattr(positional, "_deletion_vectors", broken)
+    before = delta_log.latest_version(spark, table_path)
     with caplog.at_level(logging.WARNING, logger="ttl.eviction"):
         result = eviction.sweep(store, "wall", NOW + 30)
-    assert (result.write, result.evicted) == ("delete", 3)
-    assert any("planted" in r.getMessage() and "RuntimeError" in r.getMessage()
-               for r in caplog.records)
+    assert (result.write, result.evicted, result.version) == ("delete", 3, before + 1)
+    assert delta_log.latest_version(spark, table_path) == before + 1  # one commit
+    warned = [r.getMessage() for r in caplog.records if "planted" in r.getMessage()]
+    assert len(warned) == 1 and "RuntimeError" in warned[0] and "\n" not in warned[0]
     assert keys(store) == {b"k4", b"k5", b"k6"}

@@ -380,10 +380,19 @@ def _commit(spark, path: str, version: int, touched: dict[str, np.ndarray], rows
         except PositionalUnsupported:
             raise
         except Exception as exc:  # noqa: BLE001 - one line for the caller's fallback
-            raise PositionalUnsupported(f"{type(exc).__name__}: "
-                                        f"{str(exc).strip().splitlines()[0][:300]}") from exc
+            raise PositionalUnsupported(_one_line(exc)) from exc
         transaction.commit(seq.asScala(actions).toSeq(), operation)
         return deleted
+
+
+def _one_line(exc: Exception) -> str:
+    """The error's class and the first line of its message; for a JVM error that crossed
+    Py4J unconverted, the Java exception's own (Py4J's first line says only which call
+    failed)."""
+    java = getattr(exc, "java_exception", None)
+    text = str(java.toString()) if java is not None else str(exc)
+    lines = text.strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0][:300] if lines else '(no message)'}"
 
 
 def _java_array(spark, values: np.ndarray, kind: str):

@@ -434,15 +434,13 @@ BY_HASH_WRITES = ("replace", "replace_where", "positional")
 POSITIONAL_ENABLED = "spark.ttl.write.positional.enabled"
 
 
-#: Measured, ttl's replace by position against Delta's write, batch and write phase,
-#: medians of alternated pairs (``tests.bench.big_state --vs-delta-write``, 2026-11-30):
-#: 20 updates on 10M keys, 0.54 / 0.24 s against 1.14 / 0.80 s; 100,000 uniform updates on
-#: 1M keys 1.11 / 0.63 s against 1.78 / 1.25 s, on 10M keys 1.61 / 0.74 s against 2.82 /
-#: 1.87 s. Its bound is the rows the driver reads (``positional.MAX_ROWS``).
-
-
 def positional_enabled(spark) -> bool:
-    """Whether ``POSITIONAL_ENABLED`` is on (the default)."""
+    """Whether ``POSITIONAL_ENABLED`` is on (the default). Measured, ttl's replace by
+    position against Delta's write, batch and write phase, medians of alternated pairs
+    (``tests.bench.big_state --vs-delta-write``, 2026-11-30): 20 updates on 10M keys,
+    0.54 / 0.24 s against 1.14 / 0.80 s; 100,000 uniform updates on 1M keys 1.11 / 0.63 s
+    against 1.78 / 1.25 s, on 10M keys 1.61 / 0.74 s against 2.82 / 1.87 s. Its bound is
+    the rows the driver reads (``positional.MAX_ROWS``)."""
     return spark.conf.get(POSITIONAL_ENABLED, "true").strip().lower() == "true"
 
 
