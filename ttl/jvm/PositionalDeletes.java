@@ -1,11 +1,13 @@
 package ttl.delta;
 
 import java.io.IOException;
+import java.util.Arrays;
 import java.util.List;
 import java.util.UUID;
 
 import org.apache.spark.sql.delta.DeltaLog;
 import org.apache.spark.sql.delta.OptimisticTransaction;
+import org.apache.spark.sql.delta.Snapshot;
 import org.apache.spark.sql.delta.actions.Action;
 import org.apache.spark.sql.delta.actions.AddFile;
 import org.apache.spark.sql.delta.actions.DeletionVectorDescriptor;
@@ -16,6 +18,8 @@ import org.apache.spark.sql.delta.deletionvectors.RoaringBitmapArrayFormat;
 import org.apache.spark.sql.delta.storage.dv.DeletionVectorStoreUtils;
 import org.apache.spark.sql.delta.storage.dv.HadoopFileSystemDVStore;
 import org.apache.spark.sql.delta.util.Utils;
+
+import org.apache.spark.sql.functions;
 
 import scala.Option;
 import scala.Tuple2;
@@ -34,6 +38,17 @@ import scala.Tuple2;
 public final class PositionalDeletes {
 
     private PositionalDeletes() {}
+
+    /**
+     * The entries of {@code snapshot}'s files whose path is one of {@code paths} (one a
+     * line): one call with one string, where a Java list built from Python costs a round
+     * trip a path (0.2 s for the 1,900 names of a sweep that touches 630 files).
+     */
+    public static List<AddFile> entries(Snapshot snapshot, String paths) {
+        List<String> names = Arrays.asList(paths.split("\n"));
+        return snapshot.allFiles().where(functions.col("path").isInCollection(names))
+            .collectAsList();
+    }
 
     /** The files' paths as Delta's log has them, one a line (one call, not one a file). */
     public static String paths(List<AddFile> files) {

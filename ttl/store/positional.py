@@ -447,15 +447,12 @@ def _deletion_vectors(spark, log_, snapshot, transaction, touched: dict[str, np.
     (``PositionalDeletes.java``: one call into the JVM for all the files); returns how many
     rows it deleted that were not deleted before, and how many files it removed whole."""
     jvm = spark.sparkContext._jvm
-    functions = jvm.org.apache.spark.sql.functions
     deletes = helper(spark)
     if deletes is None:
         raise PositionalUnsupported("ttl's JVM classes are not on the classpath")
     wanted = {unquote(p): p for p in touched}  # either reader's paths, encoded or not
-    names = jvm.java.util.ArrayList()
-    for name in set(touched) | set(wanted) | {quote(p, safe="/:") for p in wanted}:
-        names.add(name)
-    olds = snapshot.allFiles().where(functions.col("path").isInCollection(names)).collectAsList()
+    names = set(touched) | set(wanted) | {quote(p, safe="/:") for p in wanted}
+    olds = deletes.entries(snapshot, "\n".join(sorted(names)))
     paths = [unquote(p) for p in str(deletes.paths(olds)).split("\n")] if olds.size() else []
     missing = set(wanted) - set(paths)
     if missing or len(paths) != len(wanted):

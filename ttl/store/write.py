@@ -445,11 +445,12 @@ def positional_enabled(spark) -> bool:
 
 
 def _positional_rows(spark, path: str, version: int, lookup: Lookup, changes, kind: str,
-                     by_hash: bool) -> dict | None:
+                     by_hash: bool) -> tuple[dict, object] | None:
     """The stored rows a replace by position (``ttl.store.positional``) of the batch would
-    delete (``positional.find_rows``), when it may take one instead of Delta's ``kind``:
-    a replace or a MERGE, after a lookup that read the
-    files' statistics at ``version``, on a table that supports it; else ``None``."""
+    delete (``positional.find_rows``), and the changes with their ``key_hash``
+    (``_hashed``, for its write: the keys are hashed once), when it may take one instead of
+    Delta's ``kind``: a replace or a MERGE, after a lookup that read the files' statistics
+    at ``version``, on a table that supports it; else ``None``."""
     import pyarrow.compute as pc
 
     if kind not in ("replace", "replace_where", "merge"):
@@ -457,19 +458,22 @@ def _positional_rows(spark, path: str, version: int, lookup: Lookup, changes, ki
     files = lookup.files_at(path, version)
     if files is None or not positional_enabled(spark):
         return None
-    hashes = np.sort(pc.unique(key_hashes(changes["key"])).to_numpy())
+    hashed = _hashed(changes)
+    hashes = np.sort(pc.unique(hashed["key_hash"]).to_numpy())
     read = may_hold(files, hashes)
-    return positional.rows_to_delete(
+    touched = positional.rows_to_delete(
         spark, path, version, files, read,
         lambda: positional.find_rows(path, files, hashes,
                                      None if by_hash else changes["key"], lookup.options, read),
         lookup.options, "Delta's write")
+    return None if touched is None else (touched, hashed)
 
 
-def _by_position(spark, path: str, version: int, changes, wall_ms: int,
+def _by_position(spark, path: str, version: int, hashed, wall_ms: int,
                  txn: tuple[str, int] | None, touched: dict, result: WriteResult,
                  by_hash: bool, delta_write: Callable[[], None]) -> Callable[[], None]:
-    """The write of ``_replace_where``'s rows, deleted and inserted by
+    """The write of ``_replace_where``'s rows (``hashed``: the changes with their
+    ``key_hash``), deleted and inserted by
     ``positional.replace_by_position``: ``touched`` found by the same predicate (the keys'
     hashes, and the keys unless ``by_hash``), which the commit records. Should Delta's
     snapshot not hold a file ``touched`` names (it and delta-rs disagree), ``delta_write``
@@ -477,10 +481,9 @@ def _by_position(spark, path: str, version: int, changes, wall_ms: int,
     kind, delta_by_hash = result.write, result.by_hash
 
     def write() -> None:
-        hashed = _hashed(changes)
         # What the commit records: the predicate of a few keys, as ``replaceWhere``
         # records it; for more, the columns it matched by, as ``replaceUsing`` does.
-        named = _names_keys(changes)
+        named = _names_keys(hashed)
         predicate = (hash_predicate(hashed) if by_hash else key_predicate(hashed)) if named \
             else None
         rows = _table_rows(hashed, wall_ms)
@@ -756,10 +759,11 @@ def write_batch(spark, path: str, dead_letter_path: str, records, *, sem: Semant
                                     named=_prunes(spark, changes, share)),
             "empty": lambda: empty_commit(spark, path, final_meta, txn),
         }
-        touched = _positional_rows(spark, path, version_before, lookup, changes, result.write,
-                                   identifies)
-        if touched is not None:
-            writes["positional"] = _by_position(spark, path, version_before, changes, wall_ms,
+        found = _positional_rows(spark, path, version_before, lookup, changes, result.write,
+                                 identifies)
+        if found is not None:
+            touched, hashed = found
+            writes["positional"] = _by_position(spark, path, version_before, hashed, wall_ms,
                                                 txn, touched, result, identifies,
                                                 writes[result.write])
             result.write, result.by_hash = "positional", identifies
