@@ -289,6 +289,14 @@ def measure(spark, keys: int, args, layout: str) -> dict[str, float]:
         return out
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        _forget_tables(spark)
+
+
+def _forget_tables(spark) -> None:
+    """Drop what the JVM keeps of a size's table once it is gone (Delta's cache of its
+    logs and snapshots, Spark's cached blocks), so the next size's heap is its own."""
+    spark.catalog.clearCache()
+    spark.sparkContext._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
 
 
 def _hadoop_checksum(data: bytes) -> bytes:

@@ -51,6 +51,7 @@ from ttl.local.kafka import LocalKafka
 from ttl.local.object_store import LocalObjectStore
 from ttl.local.spark_cluster import LocalSparkCluster
 from ttl.single_writer import S3_CONDITIONAL
+from ttl.store.write import POSITIONAL_ENABLED
 
 CLUSTER_SETTINGS = """\
 "spark.executor.memory" = "2g"
@@ -82,6 +83,9 @@ def setups(cluster: LocalSparkCluster, s3: LocalObjectStore) -> dict[str, dict]:
             CLUSTER_SETTINGS, CLUSTER_SETTINGS + f'"spark.driver.extraJavaOptions" = "{C1}"\n')},
         "executors-auto": {"stream_extra": 'batch_path = "executors"\nbatch_bytes = 1073741824',
                            "max_offsets": AUTO, "extra": on_cluster},
+        "executors-delta-write": {  # Delta's replace, not ttl's by the fold's positions
+            "stream_extra": 'batch_path = "executors"', "extra": on_cluster.replace(
+                CLUSTER_SETTINGS, CLUSTER_SETTINGS + f'"{POSITIONAL_ENABLED}" = "false"\n')},
         "executors-publish-driver": {
             "stream_extra": 'batch_path = "executors"',
             "extra": on_cluster + '[changelog]\npublish_from = "driver"\n'},

@@ -777,7 +777,86 @@ def test_a_replace_by_position_refused_in_its_commit_leaves_the_batch_to_deltas_
     assert len(entries) == 10 and entries[b"k3"].value == b"new"
 
 
-@pytest.mark.parametrize("path", ["delta-rs", "spark", "spark-join", "executors"])
+def test_an_executors_replace_by_position_gives_the_table_and_change_feed_of_deltas_own(
+        spark, tmp_path, monkeypatch, caplog):
+    """On the executors' path, ttl's replace of the rows the fold found (their files' name
+    hashes and row indexes, ``distributed._replaced_by_position``) and Delta's
+    ``replaceOn`` (a MERGE for removals only), given the same batches on two tables: the same rows, and per version
+    the same change data feed (a file whose vector grows a second time, a file whose every
+    row goes, removals only, a put expired on arrival); a replay of a committed batch id commits
+    nothing. Past ``positional.MAX_DELETES`` rows, nothing is written by position and the
+    batch is Delta's replace, with one warning line."""
+    import logging
+    from collections import Counter
+
+    from ttl.store import positional, write
+    from ttl.store.fold import records_table
+    from ttl.timestamps import NO_TIMESTAMP
+
+    batches = [
+        [InputRecord(b"k%03d" % i, b"v0", NOW, (), 0, i) for i in range(100)],
+        [InputRecord(b"solo", b"s", NOW, (), 0, 100)],  # a file of one row
+        [InputRecord(b"k001", b"v1", NOW + 1, (), 0, 101),
+         InputRecord(b"k002", b"v1", NOW + 1, (), 0, 102)],
+        [InputRecord(b"k003", b"v2", NOW + 2, (), 0, 103),   # the file's vector grows
+         InputRecord(b"k001", None, NOW + 2, (), 0, 104),    # the row batch 3 wrote
+         InputRecord(b"solo", None, NOW + 2, (), 0, 105)],   # its file's only row
+        [InputRecord(b"k004", None, NOW + 3, (), 0, 106)],   # removals only
+        [InputRecord(b"k%03d" % i, None if i % 10 == 0 else b"v4", NOW + 4, (), 0, 200 + i)
+         for i in range(10, 40)],
+        # at a wall clock past every stored row's expiry: a put expired on arrival removes
+        # the key's row (an expiry), another is updated
+        [InputRecord(b"k050", b"v5", NOW, (), 0, 300),
+         InputRecord(b"k051", b"v5", NOW + 2 * TTL, (), 0, 301)],
+    ]
+
+    def run(name: str) -> tuple[dict, list, list[str]]:
+        path = str(tmp_path / name)
+        monkeypatch.setattr(write, "positional_enabled", lambda _spark: name != "delta")
+        monkeypatch.setattr(positional, "MAX_DELETES", 0 if name == "refused" else 10**7)
+        store = make_store(spark, path)
+        kinds, changes = [], []
+        for i, records in enumerate(batches):
+            if i == len(batches) - 1:
+                store.wall_clock.set(NOW + 2 * TTL)
+            frame = spark.createDataFrame(records_table(records))
+            result = store.apply_frame(frame, txn=("t", i), metadata=lambda figures: {})
+            kinds.append(result.write)
+            feed = (spark.read.format("delta").option("readChangeFeed", "true")
+                    .option("startingVersion", result.version)
+                    .option("endingVersion", result.version).load(path).collect())
+            changes.append(Counter((r._change_type, bytes(r.key), bytes(r.value or b""))
+                                   for r in feed))
+        frame = spark.createDataFrame(records_table(batches[-1]))
+        replay = store.apply_frame(frame, txn=("t", len(batches) - 1),
+                                   metadata=lambda figures: {})
+        assert not replay.applied and replay.version == result.version
+        entries = {k: (e.value, e.ts) for k, e in store.entries(at=NO_TIMESTAMP).items()}
+        return entries, changes, kinds
+
+    mine, my_changes, my_kinds = run("positional")
+    theirs, their_changes, their_kinds = run("delta")
+    with caplog.at_level(logging.WARNING, logger="ttl.store.distributed"):
+        refused, refused_changes, refused_kinds = run("refused")
+    assert my_kinds == ["append", "append", *["positional"] * 5]
+    assert their_kinds == refused_kinds == ["append", "append", "replace", "replace", "merge",
+                                            "replace", "replace"]
+    assert sum("more than 0 rows to delete" in r.getMessage() for r in caplog.records) == 5
+    assert mine == theirs == refused and len(mine) == 94 and mine[b"k002"][0] == b"v1"
+    assert mine[b"k011"][0] == b"v4" and b"k020" not in mine and b"k050" not in mine
+    assert mine[b"k051"][0] == b"v5"
+    assert my_changes == their_changes == refused_changes
+    assert my_changes[-1] == Counter({("delete", b"k050", b"v0"): 1,
+                                      ("insert", b"k051", b"v5"): 1,
+                                      ("delete", b"k051", b"v0"): 1})
+    assert my_changes[3] == Counter({("delete", b"k003", b"v0"): 1,
+                                     ("delete", b"k001", b"v1"): 1,
+                                     ("delete", b"solo", b"s"): 1,
+                                     ("insert", b"k003", b"v2"): 1})
+
+
+@pytest.mark.parametrize("path", ["delta-rs", "spark", "spark-join", "executors",
+                                  "executors-by-position"])
 def test_a_stored_row_sharing_a_batch_keys_hash_is_left_as_it_is(spark, table_path, path,
                                                                   monkeypatch):
     """A replace deletes stored rows by ``key_hash`` alone only when the lookup found no
@@ -785,14 +864,17 @@ def test_a_stored_row_sharing_a_batch_keys_hash_is_left_as_it_is(spark, table_pa
     collision, planted here as a row of key ``z`` carrying ``a``'s ``key_hash``, makes the
     replace match the hash and the key: updating and removing ``a`` leaves ``z`` as it is,
     on the driver path (either reader; ``spark-join``: batches of more keys than its filter
-    takes, so its broadcast semi-join) and on the executors'."""
+    takes, so its broadcast semi-join) and on the executors' (with Delta's replace, and
+    with ttl's by the positions its fold found)."""
     from pyspark.sql import functions as F
 
     from ttl.store import write
     from ttl.store.fold import records_table
 
     monkeypatch.setattr(write, "WRITE_PRUNE_SHARE", -1.0)  # the replace, never replaceWhere
-    monkeypatch.setattr(write, "positional_enabled", lambda _spark: False)  # nor ttl's
+    by_position = path == "executors-by-position"
+    monkeypatch.setattr(write, "positional_enabled", lambda _spark: by_position)
+    kind = "positional" if by_position else "replace"
     from itertools import islice
 
     from ttl.store.lookup import LOOKUP_IN_LIST
@@ -805,7 +887,7 @@ def test_a_stored_row_sharing_a_batch_keys_hash_is_left_as_it_is(spark, table_pa
         if path == "spark-join":  # new keys, appended to the batch
             records = [*records, *(InputRecord(b"new-%d" % i, b"f", NOW, (), 1, i)
                                    for i in islice(fillers, LOOKUP_IN_LIST + 1))]
-        if path != "executors":
+        if not path.startswith("executors"):
             return store.apply_records(records)
         frame = spark.createDataFrame(records_table(records))
         return store.apply_frame(frame, metadata=lambda figures: {})
@@ -813,17 +895,17 @@ def test_a_stored_row_sharing_a_batch_keys_hash_is_left_as_it_is(spark, table_pa
     store.apply_records([InputRecord(b"a", b"1", NOW, (), 0, 0),
                          InputRecord(b"b", b"1", NOW, (), 0, 1)])
     plain = apply([InputRecord(b"b", b"2", NOW + 1, (), 0, 2)])
-    assert (plain.write, plain.by_hash, plain.metrics["numDeletedRows"]) == ("replace", True, 1)
+    assert (plain.write, plain.by_hash, plain.metrics["numDeletedRows"]) == (kind, True, 1)
     table = spark.read.format("delta").load(table_path)
     (table.where(F.col("key") == F.lit(b"a"))
      .withColumn("key", F.lit(b"z")).withColumn("value", F.lit(b"planted"))
      .write.format("delta").mode("append").save(table_path))
     updated = apply([InputRecord(b"a", b"2", NOW + 2, (), 0, 3)])
-    assert (updated.write, updated.by_hash) == ("replace", False)
+    assert (updated.write, updated.by_hash) == (kind, False)
     assert updated.metrics["numDeletedRows"] == 1  # a's row, not z's
     removed = apply([InputRecord(b"a", None, NOW + 3, (), 0, 4),
                      InputRecord(b"b", b"3", NOW + 3, (), 0, 5)])
-    assert (removed.write, removed.by_hash, removed.rows_deleted) == ("replace", False, 1)
+    assert (removed.write, removed.by_hash, removed.rows_deleted) == (kind, False, 1)
     rows = spark.read.format("delta").load(table_path).select("key", "value").collect()
     named = sorted((bytes(r.key), bytes(r.value)) for r in rows
                    if not bytes(r.key).startswith(b"new-"))

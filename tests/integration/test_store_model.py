@@ -98,6 +98,7 @@ def test_batches_over_stored_keys_equal_the_reference_model(spark, tmp_path_fact
           phases=[Phase.explicit, Phase.generate],
           suppress_health_check=list(HealthCheck))
 @given(sem=semantics(), clock=CLOCKS, replace=st.booleans(), aside=st.booleans(),
+       by_position=st.booleans(),
        plan=st.one_of(
            st.sampled_from((KEYS, WIDE_KEYS)).flatmap(
                lambda keys: batches(min_batches=1, max_batches=3, max_records=12, keys=keys)),
@@ -105,25 +106,29 @@ def test_batches_over_stored_keys_equal_the_reference_model(spark, tmp_path_fact
                lambda keys: seeded_batches(keys=keys, min_batches=1, max_batches=2,
                                            max_records=12))))
 def test_batches_on_the_executors_equal_the_reference_model(spark, tmp_path_factory, sem,
-                                                            clock, replace, aside, plan):
+                                                            clock, replace, aside,
+                                                            by_position, plan):
     """The same check for batches folded on the executors (``ttl.store.distributed``):
     the input as a DataFrame, the stored rows joined to it, each partition folded apart;
     the figures that reach the driver (counts, offsets) equal the driver path's. Each
     batch runs under a txn id, as the stream's, and runs again after its commit (a replay:
     nothing changes); its expired-on-arrival keys are the model's, in its metadata or,
-    ``aside``, in the expired-keys table (``write.EXPIRED_KEYS_INLINE``)."""
+    ``aside``, in the expired-keys table (``write.EXPIRED_KEYS_INLINE``). A replace is
+    ttl's by the positions the fold found, or, not ``by_position``, Delta's."""
     inline = write.EXPIRED_KEYS_INLINE
     write._REPLACE_SUPPORTED = None if replace else False
     write.EXPIRED_KEYS_INLINE = 0 if aside else inline
     try:
-        _run_against_model(spark, tmp_path_factory, sem, clock, plan, on_executors=True)
+        _run_against_model(spark, tmp_path_factory, sem, clock, plan, on_executors=True,
+                           by_position=by_position)
     finally:
         write._REPLACE_SUPPORTED = None
         write.EXPIRED_KEYS_INLINE = inline
 
 
 def _run_against_model(spark, tmp_path_factory, sem, clock, plan, how="auto",
-                       layout: str | None = None, on_executors: bool = False) -> None:
+                       layout: str | None = None, on_executors: bool = False,
+                       by_position: bool = True) -> None:
     path = str(tmp_path_factory.mktemp("model") / uuid.uuid4().hex)
     conf = StoreConfig(name="m", path=path, lookup=how, ttl=sem.ttl,
                        late_records=sem.late_records,
@@ -133,6 +138,7 @@ def _run_against_model(spark, tmp_path_factory, sem, clock, plan, how="auto",
                        max_record_bytes=sem.max_record_bytes)
     wall = FixedClock(plan[0].wall_ms)
     store = DeltaStore(spark, conf, clock=clock, wall_clock=wall)
+    store.spark.conf.set(write.POSITIONAL_ENABLED, str(by_position).lower())
     model = ReferenceStore(sem, clock)
     dead_letters: list[tuple[int, int, str]] = []
     seen: list = []  # the figures an executors' batch gave its metadata

@@ -1,9 +1,16 @@
 package ttl.delta;
 
 import java.io.IOException;
+import java.net.URI;
+import java.net.URISyntaxException;
+import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.UUID;
+
+import org.apache.hadoop.fs.Path;
 
 import org.apache.spark.sql.delta.DeltaLog;
 import org.apache.spark.sql.delta.OptimisticTransaction;
@@ -19,7 +26,9 @@ import org.apache.spark.sql.delta.storage.dv.DeletionVectorStoreUtils;
 import org.apache.spark.sql.delta.storage.dv.HadoopFileSystemDVStore;
 import org.apache.spark.sql.delta.util.Utils;
 
+import org.apache.spark.sql.catalyst.expressions.XXH64;
 import org.apache.spark.sql.functions;
+import org.apache.spark.unsafe.types.UTF8String;
 
 import scala.Option;
 import scala.Tuple2;
@@ -48,6 +57,62 @@ public final class PositionalDeletes {
         List<String> names = Arrays.asList(paths.split("\n"));
         return snapshot.allFiles().where(functions.col("path").isInCollection(names))
             .collectAsList();
+    }
+
+    /**
+     * Spark's {@code xxhash64} of a file's name (its path's last part, decoded): what the
+     * executors' fold gives each stored row, from {@code _metadata.file_name}, to say which
+     * file it is in without carrying the path through the shuffle.
+     */
+    public static long nameHash(String path) throws URISyntaxException {
+        UTF8String name = UTF8String.fromString(new Path(new URI(path)).getName());
+        return XXH64.hashUnsafeBytes(name.getBaseObject(), name.getBaseOffset(),
+            name.numBytes(), 42L);
+    }
+
+    /**
+     * {@link #delete} of the rows {@code rows[ends[i-1]..ends[i])} of the file of {@code
+     * snapshot} whose name hashes to {@code ids[i]} ({@link #nameHash}), the files' entries
+     * tracked as read by {@code transaction}. Throws {@link IllegalStateException}, with
+     * nothing written, when an id names no file or two, or a file has no row count.
+     */
+    public static long[] deleteByName(DeltaLog log, OptimisticTransaction transaction,
+                                      Snapshot snapshot, long[] ids, long[] rows, int[] ends,
+                                      long now, List<Action> actions)
+            throws IOException, URISyntaxException {
+        List<Long> wanted = new ArrayList<>(ids.length);
+        for (long id : ids) {
+            wanted.add(id);
+        }
+        // The filter hashes the log's (encoded) name; the check below, the decoded one:
+        // a name whose two differ is missed, and the batch takes Delta's write.
+        List<AddFile> found = snapshot.allFiles()
+            .where(functions.xxhash64(functions.regexp_extract(functions.col("path"),
+                                                               "[^/]*$", 0))
+                   .isInCollection(wanted))
+            .collectAsList();
+        Map<Long, AddFile> byId = new HashMap<>();
+        for (AddFile file : found) {
+            if (byId.put(nameHash(file.path()), file) != null) {
+                throw new IllegalStateException("two files' names hash alike: " + file.path());
+            }
+        }
+        List<AddFile> files = new ArrayList<>(ids.length);
+        for (long id : ids) {
+            AddFile file = byId.get(id);
+            if (file == null) {
+                throw new IllegalStateException("no file of version " + snapshot.version()
+                    + " has the name hash " + id);
+            }
+            files.add(file);
+        }
+        String uncounted = uncounted(files);
+        if (uncounted != null) {
+            throw new IllegalStateException(uncounted + " has no row count in Delta's snapshot");
+        }
+        transaction.trackFilesRead(
+            scala.jdk.javaapi.CollectionConverters.asScala(files).toSeq());
+        return delete(log, transaction, files, rows, ends, now, actions);
     }
 
     /** The files' paths as Delta's log has them, one a line (one call, not one a file). */

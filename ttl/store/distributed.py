@@ -9,7 +9,8 @@ stay on the executors:
    and is persisted there while the batch lasts (``held_inputs``: Kafka is read once);
 2. the stored rows of the batch's keys are a join of the table's narrow columns, at the
    version the write starts from, with the batch's distinct keys' hashes (a row of another
-   key with the same hash comes too: the fold leaves it, and the partition says so);
+   key with the same hash comes too: the fold leaves it, and the partition says so); for a
+   replace by position, each with its file's name hash and its row index in the file;
 3. input and stored rows, tagged, are hash-partitioned by ``key_hash`` (a key's records and
    its stored row meet in one partition) and each partition is folded by
    ``ttl.store.fold.fold_table``, the driver path's own code: the fold is per key, so
@@ -19,10 +20,17 @@ stay on the executors:
    input offsets it saw);
 4. that result is persisted (computed once, kept in the executors' block managers): the
    dead letters, the expired-keys list and the commit read it there;
-5. the driver sums the figures and makes the commit: Delta's replace (or an append, a
-   MERGE, an empty commit, as on the driver path) of a DataFrame the executors hold.
+5. the driver sums the figures and makes the commit: an append, a MERGE, an empty commit,
+   as on the driver path, or a replace. The replace is ttl's by position where the table
+   takes it (``positional.writable``): the fold named the stored rows it replaces or
+   removes (their files and row indexes), the driver reads those pairs (16 bytes a row)
+   and writes the files' deletion vectors, and the upserts' rows are written from the
+   executors, in one Delta transaction at the version the fold read. Else Delta's
+   replace, which scans the table again and joins it with the batch's changed keys,
+   broadcast from the driver.
 
-What reaches the driver: one row of figures per partition, the expired-on-arrival keys
+What reaches the driver: one row of figures per partition, the positions of the stored
+rows a replace deletes, the expired-on-arrival keys
 when there are at most ``write.EXPIRED_KEYS_INLINE`` of them (they go in the commit's
 metadata), and, for the stream's publisher, either the change rows (one per changed key:
 what the changelog gets), collected once the commit is made, or nothing: they stay held
@@ -40,14 +48,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ttl import delta_log
+from ttl.errors import PositionalUnsupported
 from ttl.model import Counts, Semantics
 from ttl.names import EXPIRED_KEYS_SUFFIX, sibling
 from ttl.phases import BatchPhases
+from ttl.store import positional
 from ttl.store import write as driver_write
 from ttl.store.executor_fold import (
     FIGURES,
     INPUT,
     OUTPUT_DDL,
+    POSITION,
+    POSITION_COLUMNS,
     REJECT,
     STORED,
     fold_partition,
@@ -55,6 +67,7 @@ from ttl.store.executor_fold import (
 from ttl.store.fold import INPUT_COLUMNS, STORED_COLUMNS
 from ttl.store.write import (
     EXPIRED_KEYS_ASIDE,
+    MATCH_COLUMNS,
     WriteResult,
     append_dead_letters,
     append_expired_keys,
@@ -92,6 +105,9 @@ class Figures:
     #: Whether ``key_hash`` alone tells the batch's keys' stored rows apart, in every
     #: partition (``layout.hash_identifies_keys``; a hash's rows all meet in one).
     by_hash: bool = True
+    #: How many stored rows the commit deletes, named by ``position`` rows; ``None`` when
+    #: the stored rows came without their positions (``fold_frame``'s ``positions``).
+    positions: int | None = 0
 
     def add(self, part: dict) -> None:
         self.counts.add(Counts(**{**part["counts"], "rejected": Counter(
@@ -105,6 +121,9 @@ class Figures:
         for p, o in part["next_offsets"].items():
             self.next_offsets[p] = max(o, self.next_offsets.get(p, o))
         self.by_hash = self.by_hash and part["by_hash"]
+        named_rows = part.get("positions")
+        self.positions = (None if named_rows is None or self.positions is None
+                          else self.positions + named_rows)
         named = part.get("expired_keys")
         self.expired_keys = None if named is None or self.expired_keys is None else [
             *self.expired_keys, *named]
@@ -147,6 +166,13 @@ class Spread:
                         "source_offset", "reason", "detail",
                         F.col("written_at").alias("rejected_at")))
 
+    def positions(self):
+        """The stored rows the commit deletes: ``stored_file`` (its file's name hash) and
+        ``stored_row`` (its physical row index there)."""
+        from pyspark.sql import functions as F
+
+        return self.out.where(F.col("kind") == POSITION).select(*POSITION_COLUMNS)
+
     def expired_keys(self):
         from pyspark.sql import functions as F
 
@@ -164,17 +190,22 @@ def tagged_inputs(records):
 
 
 def fold_frame(spark, path: str, inputs, version: int, *, wall_ms: int, t0: int,
-               sem: Semantics) -> Spread:
+               sem: Semantics, positions: bool = False) -> Spread:
     """Fold ``inputs`` (``tagged_inputs``) onto the table at ``version``, on the executors
-    (module docstring, steps 2-4)."""
+    (module docstring, steps 2-4). ``positions``: the stored rows carry their file's name
+    hash and row index, and the fold names those the commit deletes (``position`` rows),
+    for a replace by position."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     hashes = inputs.where(F.col("key").isNotNull()).select("key_hash").distinct()
+    where = ([F.xxhash64("_metadata.file_name").alias(POSITION_COLUMNS[0]),
+              F.col("_metadata.row_index").alias(POSITION_COLUMNS[1])] if positions else [])
+    carried = [*STORED_COLUMNS, *(POSITION_COLUMNS if positions else ())]
     stored = (delta_log.table_at(spark, path, version)
-              .select("key_hash", *STORED_COLUMNS)
+              .select("key_hash", *STORED_COLUMNS, *where)
               .join(hashes, "key_hash", "left_semi")
-              .select(F.lit(STORED).alias("tag"), "key_hash", *STORED_COLUMNS))
+              .select(F.lit(STORED).alias("tag"), "key_hash", *carried))
     partitions = max(1, spark.sparkContext.defaultParallelism)
     fold = functools.partial(fold_partition, wall_ms=wall_ms, t0=t0, sem=sem,
                              inline=driver_write.EXPIRED_KEYS_INLINE)
@@ -269,7 +300,8 @@ def write_frame(spark, path: str, dead_letter_path: str, inputs, *, sem: Semanti
             _unpersist(old.out)
         spreads.clear()
         with phases.phase("fold"):
-            spread = fold_frame(spark, path, inputs, version, wall_ms=wall_ms, t0=t0, sem=sem)
+            spread = fold_frame(spark, path, inputs, version, wall_ms=wall_ms, t0=t0, sem=sem,
+                                positions=_by_position(spark, path, version))
         spreads.append(spread)
         prepared = _prepare(spark, path, dead_letter_path, spread, version, wall_ms=wall_ms,
                             t0=t0, metadata=metadata, txn=txn, phases=phases, done=done)
@@ -336,6 +368,35 @@ def _prepare(spark, path: str, dead_letter_path: str, spread: Spread, version: i
     return result, final_meta
 
 
+def _by_position(spark, path: str, version: int) -> bool:
+    """Whether the batch's stored rows are read with their positions, for a replace by
+    position (``POSITIONAL_ENABLED``, ``positional.writable``)."""
+    return driver_write.positional_enabled(spark) and positional.writable(spark, path, version)
+
+
+def _replaced_by_position(spark, path: str, spread: Spread, result: WriteResult,
+                          txn: tuple[str, int] | None,
+                          delta_write: Callable[[], None]) -> Callable[[], None]:
+    """The batch's replace (or MERGE) made by ttl (``positional.replace_by_name``): the
+    stored rows the fold named deleted by position, at the version it read them, and the
+    upserts' rows inserted, in one Delta transaction; none of Delta's replace's scan and joins of
+    the table (the fold found the rows), and no set of the batch's keys built in the
+    driver. Should it not take them (``PositionalUnsupported``, nothing committed),
+    ``delta_write``, which ``result`` then names."""
+    def write() -> None:
+        try:
+            positional.replace_by_name(
+                spark, path, result.version_before, spread.figures.positions,
+                lambda: spread.positions().toArrow(),
+                spread.table_rows() if spread.figures.upserted else None,
+                ", ".join(MATCH_COLUMNS[result.by_hash]), txn)
+            result.write = "positional"
+        except PositionalUnsupported as exc:
+            log.warning("%s: Delta's write instead of a replace by position: %s", path, exc)
+            delta_write()
+    return write
+
+
 def _commit(spark, path: str, spread: Spread, result: WriteResult, meta: dict, *,
             wall_ms: int, txn: tuple[str, int] | None, phases: BatchPhases) -> None:
     """The batch's commit, from the DataFrames the executors hold (no naming of keys: a
@@ -356,4 +417,7 @@ def _commit(spark, path: str, spread: Spread, result: WriteResult, meta: dict, *
             "merge": lambda: merge_into(spark, path, spread.changes(), wall_ms),
             "empty": lambda: empty_commit(spark, path, meta, txn),
         }
+        if result.write in ("replace", "merge") and f.positions is not None:
+            writes[result.write] = _replaced_by_position(spark, path, spread, result, txn,
+                                                         writes[result.write])
         commit_write(spark, path, result, meta, txn, writes[result.write])

@@ -17,6 +17,11 @@ from ttl.store.layout import hash_identifies_keys, headers_arrow_type
 
 INPUT, STORED = 0, 1  # the tag of a row that goes into a partition's fold
 REJECT, FIGURES = "reject", "figures"  # the ``kind`` of an output row that is no change
+#: The ``kind`` of an output row that names a stored row the batch replaces or removes:
+#: its file (``stored_file``: Spark's ``xxhash64`` of the file's name) and its physical
+#: row index there (``stored_row``), when the stored rows came with them (``POSITION_COLUMNS``).
+POSITION = "position"
+POSITION_COLUMNS = ("stored_file", "stored_row")
 
 #: One schema for everything a partition's fold gives back (``kind`` says which columns a
 #: row fills): changes (``upsert``/``delete``: the driver path's change rows), dead
@@ -28,7 +33,7 @@ OUTPUT_DDL = ("kind STRING, key BINARY, value BINARY, ts BIGINT, "
               "headers ARRAY<STRUCT<key: STRING, value: BINARY>>, expires_at BIGINT, "
               "record_ttl BIGINT, removal_op STRING, timestamp BIGINT, "
               "source_partition INT, source_offset BIGINT, reason STRING, detail STRING, "
-              "figures STRING, written_at BIGINT")
+              "figures STRING, written_at BIGINT, stored_file BIGINT, stored_row BIGINT")
 
 
 def output_schema():
@@ -42,7 +47,7 @@ def output_schema():
         ("record_ttl", pa.int64()), ("removal_op", pa.string()), ("timestamp", pa.int64()),
         ("source_partition", pa.int32()), ("source_offset", pa.int64()),
         ("reason", pa.string()), ("detail", pa.string()), ("figures", pa.string()),
-        ("written_at", pa.int64())])
+        ("written_at", pa.int64()), ("stored_file", pa.int64()), ("stored_row", pa.int64())])
 
 
 def _padded(table, kind: str | None, schema, written_at: int):
@@ -85,18 +90,40 @@ def fold_partition(batches, *, wall_ms: int, t0: int, sem: Semantics, inline: in
     by_hash = hash_identifies_keys(keyed["key"], keyed["key_hash"], found["key"],
                                    found["key_hash"])
     folded = fold_table(inputs, stored, wall_ms, t0, sem)
+    positions = (_positions(found, keyed, folded.changes)
+                 if POSITION_COLUMNS[1] in found.column_names else None)
     schema = output_schema()
     figures = {"counts": folded.counts.as_dict(), "max_ts": folded.max_ts,
                "earliest_expiry": folded.earliest_expiry, "upserted": folded.upserted,
                "deleted": folded.deleted, "expired": folded.expired,
                "stored": stored.num_rows, "rejects": folded.rejects.num_rows,
                "first_offsets": first_offsets(inputs), "next_offsets": next_offsets(inputs),
-               "expired_keys": _expired_keys(folded.changes, inline), "by_hash": by_hash}
-    for part in (_padded(folded.changes, None, schema, wall_ms),
+               "expired_keys": _expired_keys(folded.changes, inline), "by_hash": by_hash,
+               "positions": None if positions is None else positions.num_rows}
+    parts = [folded.changes] + ([] if positions is None else [positions])
+    for part in (*(_padded(p, None, schema, wall_ms) for p in parts),
                  _padded(folded.rejects, REJECT, schema, wall_ms),
                  _padded(pa.table({"figures": [json.dumps(figures)]}), FIGURES, schema,
                          wall_ms)):
         yield from part.to_batches()
+
+
+def _positions(found, keyed, changes):
+    """The stored rows (``found``, with their ``POSITION_COLUMNS``) the batch's commit
+    deletes, as ``position`` rows: those of a changed key (an upsert's old row, a delete's
+    or expiry's row) whose ``key_hash`` is a changed key's (``keyed``: the input rows, which
+    carry their key's hash). The same rows as the driver path's replace by position
+    (``ttl.store.positional``) deletes."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    keys = changes["key"].combine_chunks()
+    hashes = keyed.filter(pc.is_in(keyed["key"], value_set=keys))["key_hash"].combine_chunks()
+    mask = pc.and_(pc.is_in(found["key"], value_set=keys),
+                   pc.is_in(found["key_hash"], value_set=hashes))
+    chosen = found.filter(mask)
+    return pa.table({"kind": pa.array([POSITION] * chosen.num_rows, pa.string()),
+                     **{c: chosen[c] for c in POSITION_COLUMNS}})
 
 
 def _expired_keys(changes, inline: int) -> list[str] | None:

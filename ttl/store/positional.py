@@ -71,33 +71,46 @@ from ttl.store.lookup import HashSet, in_ranges, local_path, may_hold
 log = logging.getLogger(__name__)
 
 __all__ = ["MAX_ROWS", "delete_by_position", "find_due", "find_rows", "may_be_due",
-           "replace_by_position", "rows_to_delete", "rows_to_read", "supported"]
+           "replace_by_name", "replace_by_position", "rows_to_delete", "rows_to_read",
+           "supported", "writable"]
 
 
 def supported(spark, path: str, version: int, files: pa.Table,
               options: dict[str, str] | None = None) -> bool:
     """Whether the table at ``version`` takes a replace by position: on the local file
-    system, or on S3 with delta-rs's storage ``options`` (the lookup's), deletion vectors
-    enabled and writable, no column mapping, Delta's snapshot holding as many files as
-    delta-rs's ``files`` (its add actions at ``version``), which the rows are looked for
-    in, and ttl's JVM class that writes the vectors on the classpath (``helper``)."""
+    system, or on S3 with delta-rs's storage ``options`` (the lookup's), Delta's snapshot
+    holding as many files as delta-rs's ``files`` (its add actions at ``version``), which
+    the rows are looked for in, and ``writable``."""
     if local_path(path) is None and (options is None
                                      or urlparse(path).scheme not in S3_SCHEMES):
         return False
+    snapshot = _writable_snapshot(spark, path, version)
+    return snapshot is not None and int(snapshot.numOfFiles()) == files.num_rows
+
+
+def writable(spark, path: str, version: int) -> bool:
+    """Whether ttl can write the table's deletion vectors at ``version``, wherever Spark
+    reads and writes it (the executors' replace by position, whose rows Spark's tasks
+    found): ``_writable_snapshot``."""
+    return _writable_snapshot(spark, path, version) is not None
+
+
+def _writable_snapshot(spark, path: str, version: int):
+    """Delta's snapshot at ``version`` when its deletion vectors are enabled and writable,
+    it has no column mapping (the files' column names are the table's) and ttl's JVM class
+    that writes the vectors is on the classpath (``helper``); else ``None``."""
     if helper(spark) is None:
-        return False
+        return None
     jvm = spark.sparkContext._jvm
     none = jvm.scala.Option.empty()
     snapshot = delta_log._jvm_log(spark, path).getSnapshotAt(int(version), none, none, False)
-    if int(snapshot.numOfFiles()) != files.num_rows:
-        return False
     conf = snapshot.metadata().configuration()
     mapping = conf.get("delta.columnMapping.mode")
     if mapping.isDefined() and str(mapping.get()).lower() != "none":
-        return False
+        return None
     utils = getattr(getattr(jvm.org.apache.spark.sql.delta.commands, "DeletionVectorUtils$"),
                     "MODULE$")
-    return bool(utils.deletionVectorsWritable(snapshot, none, none))
+    return snapshot if utils.deletionVectorsWritable(snapshot, none, none) else None
 
 
 def _column_index(metadata: pq.FileMetaData, name: str) -> int | None:
@@ -318,12 +331,45 @@ def replace_by_position(spark, path: str, version: int, touched: dict[str, np.nd
     rows were matched by, as ``replaceUsing`` records them. Returns False, committing
     nothing, when ``txn`` was already committed (a replay). Run in ``spark`` as the
     thread's active session: Delta's transaction reads its settings there."""
+    return _commit(spark, path, version, _by_path(spark, touched), rows, txn,
+                   _write_operation(spark, predicate, using)) is not None
+
+
+def replace_by_name(spark, path: str, version: int, count: int,
+                    positions: Callable[[], pa.Table], rows, using: str,
+                    txn: tuple[str, int] | None) -> bool:
+    """``replace_by_position`` of the ``count`` rows the executors' fold named
+    (``positions()``: ``stored_file``, its file's name hash, and ``stored_row``, read only
+    once the batch id is known not to be committed; ``ttl.store.distributed``), recorded as
+    matched by the ``using`` columns. Raises ``PositionalUnsupported``, with nothing
+    committed, past ``MAX_DELETES`` rows or when a name hash names no file of the version,
+    or two."""
+    def deletes(log_, snapshot, transaction, now: int, actions) -> tuple[int, int]:
+        if count > MAX_DELETES:
+            raise PositionalUnsupported(f"more than {MAX_DELETES:,} rows to delete")
+        named = positions()
+        files = named["stored_file"].to_numpy()
+        at = named["stored_row"].to_numpy()
+        order = np.lexsort((at, files))
+        files, at = files[order], at[order]
+        starts = np.flatnonzero(np.r_[True, files[1:] != files[:-1]])
+        ends = np.r_[starts[1:], files.size]
+        counts = helper(spark).deleteByName(
+            log_, transaction, snapshot, _java_array(spark, files[starts], "long"),
+            _java_array(spark, at, "long"), _java_array(spark, ends, "int"), now, actions)
+        return int(counts[0]), int(counts[1])
+    return _commit(spark, path, version, deletes if count else None, rows, txn,
+                   _write_operation(spark, None, using)) is not None
+
+
+def _write_operation(spark, predicate: str | None, using: str | None):
+    """Delta's ``WRITE`` operation of an overwrite, as a replace records it: its
+    ``predicate`` (``replaceWhere``'s) or the columns it matched by (``replaceUsing``'s)."""
     jvm = spark.sparkContext._jvm
     option, none = jvm.scala.Option, jvm.scala.Option.empty()
-    operation = getattr(jvm.org.apache.spark.sql.delta, "DeltaOperations$Write")(
+    return getattr(jvm.org.apache.spark.sql.delta, "DeltaOperations$Write")(
         jvm.org.apache.spark.sql.SaveMode.Overwrite, none, option.apply(predicate), none, none,
         none, none, none, option.apply(using))
-    return _commit(spark, path, version, touched, rows, txn, operation) is not None
 
 
 def delete_by_position(spark, path: str, version: int, touched: dict[str, np.ndarray],
@@ -338,12 +384,24 @@ def delete_by_position(spark, path: str, version: int, touched: dict[str, np.nda
     condition = jvm.scala.jdk.javaapi.CollectionConverters.asScala(
         jvm.java.util.Collections.singletonList(parsed)).toSeq()
     operation = getattr(jvm.org.apache.spark.sql.delta, "DeltaOperations$Delete")(condition)
-    return _commit(spark, path, version, touched, None, None, operation, required=False)
+    return _commit(spark, path, version, _by_path(spark, touched), None, None, operation,
+                   required=False)
 
 
-def _commit(spark, path: str, version: int, touched: dict[str, np.ndarray], rows,
+def _by_path(spark, touched: dict[str, np.ndarray]) -> Callable | None:
+    """``_commit``'s ``deletes`` of ``touched``'s rows (by the files' paths), or ``None``
+    when there are none."""
+    if not touched:
+        return None
+    return lambda log_, snapshot, transaction, now, actions: _deletion_vectors(
+        spark, log_, snapshot, transaction, touched, now, actions)
+
+
+def _commit(spark, path: str, version: int, deletes: Callable | None, rows,
             txn: tuple[str, int] | None, operation, required: bool = True) -> int | None:
-    """Commit ``operation`` on the table at ``version``: ``touched``'s rows deleted, ``rows``
+    """Commit ``operation`` on the table at ``version``: the rows ``deletes`` names deleted
+    (``deletes(log, snapshot, transaction, now, actions)`` adds the files' new entries to
+    ``actions`` and returns how many rows and whole files it deleted), ``rows``
     inserted, with ``txn``; how many rows it deleted, or ``None`` when it committed
     nothing (``txn`` committed already; unless ``required``, no row to delete or insert).
     Run in ``spark`` as the thread's active session: Delta's transaction reads its
@@ -365,8 +423,8 @@ def _commit(spark, path: str, version: int, touched: dict[str, np.ndarray], rows
             # A Python int this large reaches the JVM as a Long (Option[Long] needs one).
             actions.add(delta.actions.SetTransaction(txn[0], int(txn[1]), option.apply(now)))
         try:  # nothing is committed before ``commit``: Delta's write is still safe
-            deleted, removed = (_deletion_vectors(spark, log_, snapshot, transaction, touched,
-                                                  now, actions) if touched else (0, 0))
+            deleted, removed = (deletes(log_, snapshot, transaction, now, actions)
+                                if deletes is not None else (0, 0))
             if not required and rows is None and not deleted:
                 return None
             # Delta's DELETE reads both when it reports its metrics (without them its
