@@ -355,7 +355,8 @@ BATCHES["positional"] = BATCHES["replace_removing"]  # ttl's replace by position
                           ("replace_removing", False, "driver"), ("replace", True, "driver"),
                           ("positional", True, "driver"),
                           ("replace_removing", True, "executors"),
-                          ("replace_removing", True, "held"), ("merge", True, "held")])
+                          ("replace_removing", True, "held"), ("merge", True, "held"),
+                          ("positional", True, "executors"), ("positional", True, "held")])
 def test_a_batch_published_from_its_own_changes_equals_its_change_feed(
         spark, kafka, table_path, batch_kind, deletion_vectors, folded_on, monkeypatch):
     """``publish_known`` (no change-feed read) gives exactly the records the CDF path gives
@@ -365,8 +366,9 @@ def test_a_batch_published_from_its_own_changes_equals_its_change_feed(
     the batch was folded (the executors' change rows are collected after the commit) or
     published from ("held": the executors' change rows stay there and each changelog
     partition's producer there publishes them). ``positional``: ttl's replace by position
-    of a small batch (``ttl.store.positional``), whose change feed Delta reads from the
-    deletion vectors it wrote; the other kinds are Delta's writes."""
+    (``ttl.store.positional``; on the executors' path, of the rows its fold found), whose
+    change feed Delta reads from the deletion vectors it wrote; the other kinds are
+    Delta's writes."""
     from ttl.store import write
 
     monkeypatch.setattr(write, "positional_enabled", lambda _spark: batch_kind == "positional")
