@@ -781,18 +781,22 @@ def test_an_executors_replace_by_position_gives_the_table_and_change_feed_of_del
         spark, tmp_path, monkeypatch, caplog):
     """On the executors' path, ttl's replace of the rows the fold found (their files' name
     hashes and row indexes, ``distributed._replaced_by_position``) and Delta's
-    ``replaceOn`` (a MERGE for removals only), given the same batches on two tables: the same rows, and per version
-    the same change data feed (a file whose vector grows a second time, a file whose every
-    row goes, removals only, a put expired on arrival); a replay of a committed batch id commits
-    nothing. Past ``positional.MAX_DELETES`` rows, nothing is written by position and the
-    batch is Delta's replace, with one warning line."""
+    ``replaceOn`` (a MERGE for removals only), given the same batches on two tables: the
+    same rows, and per version the same change data feed (a file whose vector grows a
+    second time, a file whose every row goes, removals only, a put expired on arrival); a
+    replay of a committed batch id commits nothing. Should a position name no file of the
+    version (planted: a wrong file name hash), nothing is committed by position and the
+    batch is Delta's write, with one warning line."""
     import logging
     from collections import Counter
 
-    from ttl.store import positional, write
+    from pyspark.sql import functions as F
+
+    from ttl.store import distributed, write
     from ttl.store.fold import records_table
     from ttl.timestamps import NO_TIMESTAMP
 
+    positions = distributed.Spread.positions
     batches = [
         [InputRecord(b"k%03d" % i, b"v0", NOW, (), 0, i) for i in range(100)],
         [InputRecord(b"solo", b"s", NOW, (), 0, 100)],  # a file of one row
@@ -813,7 +817,9 @@ def test_an_executors_replace_by_position_gives_the_table_and_change_feed_of_del
     def run(name: str) -> tuple[dict, list, list[str]]:
         path = str(tmp_path / name)
         monkeypatch.setattr(write, "positional_enabled", lambda _spark: name != "delta")
-        monkeypatch.setattr(positional, "MAX_DELETES", 0 if name == "refused" else 10**7)
+        monkeypatch.setattr(distributed.Spread, "positions", positions if name != "refused"
+                            else lambda spread: positions(spread).withColumn(
+                                "stored_file", F.lit(12345).cast("long")))
         store = make_store(spark, path)
         kinds, changes = [], []
         for i, records in enumerate(batches):
@@ -841,7 +847,7 @@ def test_an_executors_replace_by_position_gives_the_table_and_change_feed_of_del
     assert my_kinds == ["append", "append", *["positional"] * 5]
     assert their_kinds == refused_kinds == ["append", "append", "replace", "replace", "merge",
                                             "replace", "replace"]
-    assert sum("more than 0 rows to delete" in r.getMessage() for r in caplog.records) == 5
+    assert sum("has the name hash 12345" in r.getMessage() for r in caplog.records) == 5
     assert mine == theirs == refused and len(mine) == 94 and mine[b"k002"][0] == b"v1"
     assert mine[b"k011"][0] == b"v4" and b"k020" not in mine and b"k050" not in mine
     assert mine[b"k051"][0] == b"v5"

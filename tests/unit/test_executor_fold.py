@@ -115,3 +115,38 @@ def test_summed_figures_match_by_hash_only_while_every_partition_may():
     total.add({**base, "by_hash": False})
     total.add({**base, "by_hash": True})
     assert total.by_hash is False
+
+
+def test_the_positions_named_are_the_changed_keys_rows_with_their_own_hash():
+    """With the stored rows' files and row indexes, the fold names the rows the commit
+    deletes: a changed key's row with its own hash (an update's old row, a removal's), not
+    an unchanged key's, and not a row of another key or of a changed key that carries
+    another key's hash (Delta's replace, matching pairs, leaves both)."""
+    from ttl.store.executor_fold import POSITION, POSITION_COLUMNS
+
+    records = [InputRecord(b"a", b"new", NOW, (), 0, 1),
+               InputRecord(b"b", None, NOW, (), 0, 2),        # removed
+               InputRecord(b"c", b"late", NOW - 100, (), 0, 3),  # stored ts is newer
+               InputRecord(b"d", None, NOW, (), 0, 4)]        # absent: nothing to remove
+    stored = {b"a": NOW - 10, b"b": NOW - 10, b"c": NOW - 10, b"z": NOW - 20, b"y": NOW - 20}
+    hash_a, hash_b = key_hashes(pa.array([b"a", b"b"])).to_pylist()
+    rows = partition_rows(records, stored, hashes={b"z": hash_a, b"y": hash_b})
+    n = rows.num_rows
+    rows = rows.append_column(POSITION_COLUMNS[0], pa.array([7] * n, pa.int64()))
+    rows = rows.append_column(POSITION_COLUMNS[1], pa.array(range(n), pa.int64()))
+    # y is also a changed key now, its row carrying b's hash
+    rows = pa.concat_tables([rows.slice(0, len(records)), partition_rows(
+        [InputRecord(b"y", b"new", NOW, (), 0, 5)], {}).append_column(
+            POSITION_COLUMNS[0], pa.array([7], pa.int64())).append_column(
+            POSITION_COLUMNS[1], pa.array([99], pa.int64())).select(rows.column_names),
+        rows.slice(len(records))])
+    out = pa.Table.from_batches(list(fold_partition(
+        rows.to_batches(), wall_ms=NOW, t0=NOW, sem=Semantics(ttl=TTL))))
+    named = out.filter(pc.equal(out["kind"], POSITION))
+    keys_at = {r: k for k, r, t in zip(rows["key"].to_pylist(),
+                                        rows[POSITION_COLUMNS[1]].to_pylist(),
+                                        rows["tag"].to_pylist(), strict=True) if t == STORED}
+    assert sorted(keys_at[r] for r in named[POSITION_COLUMNS[1]].to_pylist()) == [b"a", b"b",
+                                                                                  b"c"]
+    row, = [json.loads(f) for f in out["figures"].drop_null().to_pylist()]
+    assert row["positions"] == 3

@@ -196,16 +196,24 @@ def fold_frame(spark, path: str, inputs, version: int, *, wall_ms: int, t0: int,
     hash and row index, and the fold names those the commit deletes (``position`` rows),
     for a replace by position."""
     from pyspark import StorageLevel
+    from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
 
     hashes = inputs.where(F.col("key").isNotNull()).select("key_hash").distinct()
-    where = ([F.xxhash64("_metadata.file_name").alias(POSITION_COLUMNS[0]),
-              F.col("_metadata.row_index").alias(POSITION_COLUMNS[1])] if positions else [])
-    carried = [*STORED_COLUMNS, *(POSITION_COLUMNS if positions else ())]
-    stored = (delta_log.table_at(spark, path, version)
-              .select("key_hash", *STORED_COLUMNS, *where)
+    table = delta_log.table_at(spark, path, version)
+    where = []
+    if positions:
+        try:  # analysed here, before any job: a reader without them writes Delta's way
+            table = table.select(
+                "*", F.xxhash64("_metadata.file_name").alias(POSITION_COLUMNS[0]),
+                F.col("_metadata.row_index").alias(POSITION_COLUMNS[1]))
+            where = list(POSITION_COLUMNS)
+        except AnalysisException as exc:
+            log.warning("%s: Delta's write instead of a replace by position: %s", path,
+                        positional.one_line(exc))
+    stored = (table.select("key_hash", *STORED_COLUMNS, *where)
               .join(hashes, "key_hash", "left_semi")
-              .select(F.lit(STORED).alias("tag"), "key_hash", *carried))
+              .select(F.lit(STORED).alias("tag"), "key_hash", *STORED_COLUMNS, *where))
     partitions = max(1, spark.sparkContext.defaultParallelism)
     fold = functools.partial(fold_partition, wall_ms=wall_ms, t0=t0, sem=sem,
                              inline=driver_write.EXPIRED_KEYS_INLINE)
@@ -370,8 +378,16 @@ def _prepare(spark, path: str, dead_letter_path: str, spread: Spread, version: i
 
 def _by_position(spark, path: str, version: int) -> bool:
     """Whether the batch's stored rows are read with their positions, for a replace by
-    position (``POSITIONAL_ENABLED``, ``positional.writable``)."""
-    return driver_write.positional_enabled(spark) and positional.writable(spark, path, version)
+    position (``POSITIONAL_ENABLED``, ``positional.writable``); a failure to tell is a
+    warning, and Delta's write."""
+    if not driver_write.positional_enabled(spark):
+        return False
+    try:
+        return positional.writable(spark, path, version)
+    except Exception as exc:  # noqa: BLE001 - Delta's write is always there
+        log.warning("%s: Delta's write instead of a replace by position: %s", path,
+                    positional.one_line(exc))
+        return False
 
 
 def _replaced_by_position(spark, path: str, spread: Spread, result: WriteResult,
@@ -379,9 +395,9 @@ def _replaced_by_position(spark, path: str, spread: Spread, result: WriteResult,
                           delta_write: Callable[[], None]) -> Callable[[], None]:
     """The batch's replace (or MERGE) made by ttl (``positional.replace_by_name``): the
     stored rows the fold named deleted by position, at the version it read them, and the
-    upserts' rows inserted, in one Delta transaction; none of Delta's replace's scan and joins of
-    the table (the fold found the rows), and no set of the batch's keys built in the
-    driver. Should it not take them (``PositionalUnsupported``, nothing committed),
+    upserts' rows inserted, in one Delta transaction. None of Delta's second scan of the
+    table and its join (the fold found the rows), and no set of the batch's keys built in
+    the driver. Should it not take them (``PositionalUnsupported``, nothing committed),
     ``delta_write``, which ``result`` then names."""
     def write() -> None:
         try:

@@ -111,17 +111,19 @@ def fold_partition(batches, *, wall_ms: int, t0: int, sem: Semantics, inline: in
 def _positions(found, keyed, changes):
     """The stored rows (``found``, with their ``POSITION_COLUMNS``) the batch's commit
     deletes, as ``position`` rows: those of a changed key (an upsert's old row, a delete's
-    or expiry's row) whose ``key_hash`` is a changed key's (``keyed``: the input rows, which
-    carry their key's hash). The same rows as the driver path's replace by position
-    (``ttl.store.positional``) deletes."""
+    or expiry's row) whose ``key_hash`` is that key's own (``keyed``: the input rows, which
+    carry their key's hash; a changed key's stored rows with its own hash meet its records
+    in this partition). Exactly the rows Delta's replace, matching ``(key_hash, key)``
+    pairs, deletes; a row written beside the engine with another key's hash stays, as it
+    does there, wherever the partitions fall."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     keys = changes["key"].combine_chunks()
-    hashes = keyed.filter(pc.is_in(keyed["key"], value_set=keys))["key_hash"].combine_chunks()
-    mask = pc.and_(pc.is_in(found["key"], value_set=keys),
-                   pc.is_in(found["key_hash"], value_set=hashes))
-    chosen = found.filter(mask)
+    mine = keyed.filter(pc.is_in(keyed["key"], value_set=keys))
+    at = pc.index_in(found["key"], value_set=mine["key"].combine_chunks())  # null: unchanged
+    own = pc.take(mine["key_hash"], at)
+    chosen = found.filter(pc.fill_null(pc.equal(own, found["key_hash"]), False))
     return pa.table({"kind": pa.array([POSITION] * chosen.num_rows, pa.string()),
                      **{c: chosen[c] for c in POSITION_COLUMNS}})
 

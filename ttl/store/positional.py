@@ -72,7 +72,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["MAX_ROWS", "delete_by_position", "find_due", "find_rows", "may_be_due",
            "replace_by_name", "replace_by_position", "rows_to_delete", "rows_to_read",
-           "supported", "writable"]
+           "one_line", "supported", "writable"]
 
 
 def supported(spark, path: str, version: int, files: pa.Table,
@@ -438,12 +438,12 @@ def _commit(spark, path: str, version: int, deletes: Callable | None, rows,
         except PositionalUnsupported:
             raise
         except Exception as exc:  # noqa: BLE001 - one line for the caller's fallback
-            raise PositionalUnsupported(_one_line(exc)) from exc
+            raise PositionalUnsupported(one_line(exc)) from exc
         transaction.commit(seq.asScala(actions).toSeq(), operation)
         return deleted
 
 
-def _one_line(exc: Exception) -> str:
+def one_line(exc: Exception) -> str:
     """The error's class and the first line of its message; for a JVM error that crossed
     Py4J unconverted, the Java exception's own (Py4J's first line says only which call
     failed)."""
