@@ -63,11 +63,13 @@ def command(conf_path: Path, job: Path, job_args: list[str], *, packages_flag: b
     for key, value in spark_settings(conf).items():
         cmd += ["--conf", f"{key}={value}"]
     shipped = [] if packages_flag else [str(p) for p in jars.jars("spark")]
-    if log_store.named(conf.spark.settings):
-        jar = log_store.built()
-        if jar is None:
-            raise SetupError(f"{conf_path} names a ttl.delta log store, whose jar is not "
-                             "built: run `ttl setup` (with a JDK) first")
+    # ttl's own jar goes whenever it is built: its log stores, and the driver's writes by
+    # position (``ttl.store.positional``), which without it fall back to Delta's, slower.
+    jar = log_store.built()
+    if jar is None and log_store.named(conf.spark.settings):
+        raise SetupError(f"{conf_path} names a ttl.delta log store, whose jar is not "
+                         "built: run `ttl setup` (with a JDK) first")
+    if jar is not None:
         shipped.append(str(jar))
     if shipped:
         cmd += ["--jars", ",".join(shipped)]

@@ -19,11 +19,14 @@ def test_a_built_store_is_named_for_file_paths_and_its_jar_joins_spark_jars(monk
     assert log_store.add_to({})["spark.jars"] == str(JAR)
 
 
-def test_a_store_named_by_the_profile_or_no_jar_leaves_the_settings_alone(monkeypatch):
+def test_a_store_named_by_the_profile_is_kept_and_no_jar_leaves_the_settings_alone(
+        monkeypatch):
+    """The profile's own store and checkpoint manager stay; ttl's jar still joins (its
+    writes by position are the driver's, whichever log store lists the table)."""
     mine = {"spark.jars": "/a.jar", log_store.SETTING: "io.delta.storage.HDFSLogStore",
             log_store.CHECKPOINT_MANAGER_SETTING: "my.Manager"}
     monkeypatch.setattr(log_store, "built", lambda versions=None: JAR)
-    assert log_store.add_to(mine) == mine
+    assert log_store.add_to(mine) == {**mine, "spark.jars": f"/a.jar,{JAR}"}
     monkeypatch.setattr(log_store, "built", lambda versions=None: None)
     assert log_store.add_to({"spark.jars": "/a.jar"}) == {"spark.jars": "/a.jar"}
 

@@ -106,8 +106,9 @@ def named(settings: dict[str, str]) -> bool:
 
 def add_to(settings: dict[str, str]) -> dict[str, str]:
     """``settings`` with the store named for ``file:`` paths, the checkpoint file manager
-    (``CHECKPOINT_MANAGER_CLASS``) and their jar on ``spark.jars``, when the jar is built,
-    each unless the settings name their own (pure but for the jar's existence)."""
+    (``CHECKPOINT_MANAGER_CLASS``), each unless the settings name their own, and the jar
+    on ``spark.jars`` whenever it is built (it also holds the writes by position,
+    ``ttl.store.positional``; pure but for the jar's existence)."""
     jar = built()
     if jar is None:
         return settings
@@ -117,7 +118,5 @@ def add_to(settings: dict[str, str]) -> dict[str, str]:
         else {SETTING: CLASS}
     if CHECKPOINT_MANAGER_SETTING not in settings:
         ours[CHECKPOINT_MANAGER_SETTING] = CHECKPOINT_MANAGER_CLASS
-    if not ours and not named(settings):  # the jar only when a store of it is named
-        return settings
     current = settings.get("spark.jars", "")
     return {**settings, **ours, "spark.jars": f"{current},{jar}" if current else str(jar)}
