@@ -60,9 +60,12 @@ def command(conf_path: Path, job: Path, job_args: list[str], *, packages_flag: b
     spark_submit = str(Path(sys.executable).parent / "spark-submit")
     cmd = [spark_submit, "--master", conf.spark.master, "--deploy-mode", deploy_mode,
            "--name", conf.spark.app_name, "--properties-file", str(SPARK_DEFAULTS)]
-    for key, value in spark_settings(conf).items():
+    settings = spark_settings(conf)
+    # spark-submit takes ``--jars`` over a ``spark.jars`` setting: the profile's go with it
+    own = [j for j in settings.pop("spark.jars", "").split(",") if j]
+    for key, value in settings.items():
         cmd += ["--conf", f"{key}={value}"]
-    shipped = [] if packages_flag else [str(p) for p in jars.jars("spark")]
+    shipped = [*([] if packages_flag else [str(p) for p in jars.jars("spark")]), *own]
     # ttl's own jar goes whenever it is built: its log stores, and the driver's writes by
     # position (``ttl.store.positional``), which without it fall back to Delta's, slower.
     jar = log_store.built()

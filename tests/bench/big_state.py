@@ -233,18 +233,23 @@ def _jvm_heap_mb(spark) -> float:
     first), the second of two in a row, as the first leaves what only its collection made
     unreachable (finalized and cleaned-up objects). The heap used after ``System.gc()`` is
     not that: at 100M keys it read 217 MB where the live objects came to 101 MB, and a
-    single histogram 191 MB where the second came to 117 MB (2026-11-30)."""
+    single histogram 191 MB where the second came to 117 MB (2026-11-30). Without the
+    driver's JDK's ``jmap`` (or should it fail), the heap used after ``System.gc()``, an
+    upper bound, with a line that says so."""
     jvm = spark.sparkContext._jvm
     pid = jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getPid()
-    jmap = shutil.which("jmap")
-    if jmap is None:  # a JRE: the heap used after a collection, an upper bound
-        jvm.java.lang.System.gc()
-        runtime = jvm.java.lang.Runtime.getRuntime()
-        return (runtime.totalMemory() - runtime.freeMemory()) / 2**20
-    for _ in range(2):
-        histogram = subprocess.run([jmap, "-histo:live", str(pid)], capture_output=True,
-                                   text=True, check=True).stdout.strip().splitlines()
-    return int(histogram[-1].split()[-1]) / 2**20  # "Total <instances> <bytes>"
+    jmap = Path(str(jvm.java.lang.System.getProperty("java.home"))) / "bin" / "jmap"
+    try:
+        for _ in range(2):
+            histogram = subprocess.run([str(jmap), "-histo:live", str(pid)],
+                                       capture_output=True, text=True, check=True,
+                                       timeout=300).stdout.strip().splitlines()
+        return int(histogram[-1].split()[-1]) / 2**20  # "Total <instances> <bytes>"
+    except (OSError, subprocess.SubprocessError, IndexError, ValueError) as exc:
+        print(f"  (jmap: {exc}; the heap used after System.gc() instead)", flush=True)
+    jvm.java.lang.System.gc()
+    runtime = jvm.java.lang.Runtime.getRuntime()
+    return (runtime.totalMemory() - runtime.freeMemory()) / 2**20
 
 
 def measure(spark, keys: int, args, layout: str) -> dict[str, float]:

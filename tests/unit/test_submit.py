@@ -95,3 +95,18 @@ def test_the_executors_output_schema_is_the_one_spark_is_told():
         assert (field.type == pa.list_(pa.struct([("key", pa.string()),
                                                   ("value", pa.binary())]))
                 if kind == "ARRAY<S>" else field.type == arrow[kind]), part
+
+
+def test_a_profiles_own_jars_go_with_ttls_in_jars(tmp_path):
+    """spark-submit takes ``--jars`` over ``--conf spark.jars=...``: a profile's own
+    ``spark.jars`` are shipped in ``--jars``, beside ttl's jar, and not as a setting."""
+    from ttl.jvm import log_store
+
+    profile = tmp_path / "own.toml"
+    profile.write_text(CLUSTER.read_text().replace(
+        "[spark.settings]", '[spark.settings]\n"spark.jars" = "/opt/a.jar,/opt/b.jar"', 1))
+    cmd = submit.command(profile, Path("jobs/stream.py"), [], packages_flag=True)
+    shipped = cmd[cmd.index("--jars") + 1].split(",")
+    assert shipped[:2] == ["/opt/a.jar", "/opt/b.jar"], shipped
+    assert (str(log_store.built()) in shipped) == (log_store.built() is not None)
+    assert not any(part.startswith("spark.jars=") for part in cmd), cmd
