@@ -688,6 +688,32 @@ def test_a_key_in_a_file_without_key_hash_statistics_is_still_found_and_replaced
     assert b"wide8" not in entries and b"narrow3" not in entries and len(entries) == 55
 
 
+#: Batches that replace by position in every way the write has: a file's vector that grows
+#: a second time, a file whose only row goes, removals only, more keys than a write names.
+REPLACE_BATCHES = [
+    [InputRecord(b"k%03d" % i, b"v0", NOW, (), 0, i) for i in range(100)],
+    [InputRecord(b"solo", b"s", NOW, (), 0, 100)],  # a file of one row
+    [InputRecord(b"k001", b"v1", NOW + 1, (), 0, 101),
+     InputRecord(b"k002", b"v1", NOW + 1, (), 0, 102)],
+    [InputRecord(b"k003", b"v2", NOW + 2, (), 0, 103),   # the file's vector grows
+     InputRecord(b"k001", None, NOW + 2, (), 0, 104),    # the row batch 3 wrote
+     InputRecord(b"solo", None, NOW + 2, (), 0, 105)],   # its file's only row
+    [InputRecord(b"k004", None, NOW + 3, (), 0, 106)],   # removals only
+    [InputRecord(b"k%03d" % i, None if i % 10 == 0 else b"v4", NOW + 4, (), 0, 200 + i)
+     for i in range(10, 40)],  # more keys than a write names: the replace's
+]
+
+
+def change_feed(spark, path: str, version: int):
+    """Delta's change data feed of ``version``: (change type, key, value) and how often."""
+    from collections import Counter
+
+    feed = (spark.read.format("delta").option("readChangeFeed", "true")
+            .option("startingVersion", version).option("endingVersion", version)
+            .load(path).collect())
+    return Counter((r._change_type, bytes(r.key), bytes(r.value or b"")) for r in feed)
+
+
 def test_a_replace_by_position_gives_the_table_and_change_feed_of_deltas_own(
         spark, tmp_path, monkeypatch):
     """ttl's replace by position (``ttl.store.positional``) and Delta's ``replaceWhere``,
@@ -703,18 +729,7 @@ def test_a_replace_by_position_gives_the_table_and_change_feed_of_deltas_own(
     from ttl.timestamps import NO_TIMESTAMP
 
     monkeypatch.setattr(write, "WRITE_PRUNE_SHARE", 2.0)  # a write that names its keys
-    batches = [
-        [InputRecord(b"k%03d" % i, b"v0", NOW, (), 0, i) for i in range(100)],
-        [InputRecord(b"solo", b"s", NOW, (), 0, 100)],  # a file of one row
-        [InputRecord(b"k001", b"v1", NOW + 1, (), 0, 101),
-         InputRecord(b"k002", b"v1", NOW + 1, (), 0, 102)],
-        [InputRecord(b"k003", b"v2", NOW + 2, (), 0, 103),   # the file's vector grows
-         InputRecord(b"k001", None, NOW + 2, (), 0, 104),    # the row batch 3 wrote
-         InputRecord(b"solo", None, NOW + 2, (), 0, 105)],   # its file's only row
-        [InputRecord(b"k004", None, NOW + 3, (), 0, 106)],   # removals only
-        [InputRecord(b"k%03d" % i, None if i % 10 == 0 else b"v4", NOW + 4, (), 0, 200 + i)
-         for i in range(10, 40)],  # more keys than a write names: the replace's
-    ]
+    batches = REPLACE_BATCHES
 
     def run(named_write: str) -> tuple[dict, list, list[str]]:
         path = str(tmp_path / named_write)
@@ -725,11 +740,7 @@ def test_a_replace_by_position_gives_the_table_and_change_feed_of_deltas_own(
         for i, records in enumerate(batches):
             result = store.apply_records(records, txn=("t", i))
             kinds.append(result.write)
-            feed = (spark.read.format("delta").option("readChangeFeed", "true")
-                    .option("startingVersion", result.version)
-                    .option("endingVersion", result.version).load(path).collect())
-            changes.append(Counter((r._change_type, bytes(r.key), bytes(r.value or b""))
-                                   for r in feed))
+            changes.append(change_feed(spark, path, result.version))
         replay = store.apply_records(batches[-1], txn=("t", len(batches) - 1))
         assert replay.write == "skipped" and replay.version == result.version
         entries = {k: (e.value, e.ts) for k, e in store.entries(at=NO_TIMESTAMP).items()}
@@ -798,16 +809,7 @@ def test_an_executors_replace_by_position_gives_the_table_and_change_feed_of_del
 
     positions = distributed.Spread.positions
     batches = [
-        [InputRecord(b"k%03d" % i, b"v0", NOW, (), 0, i) for i in range(100)],
-        [InputRecord(b"solo", b"s", NOW, (), 0, 100)],  # a file of one row
-        [InputRecord(b"k001", b"v1", NOW + 1, (), 0, 101),
-         InputRecord(b"k002", b"v1", NOW + 1, (), 0, 102)],
-        [InputRecord(b"k003", b"v2", NOW + 2, (), 0, 103),   # the file's vector grows
-         InputRecord(b"k001", None, NOW + 2, (), 0, 104),    # the row batch 3 wrote
-         InputRecord(b"solo", None, NOW + 2, (), 0, 105)],   # its file's only row
-        [InputRecord(b"k004", None, NOW + 3, (), 0, 106)],   # removals only
-        [InputRecord(b"k%03d" % i, None if i % 10 == 0 else b"v4", NOW + 4, (), 0, 200 + i)
-         for i in range(10, 40)],
+        *REPLACE_BATCHES,
         # at a wall clock past every stored row's expiry: a put expired on arrival removes
         # the key's row (an expiry), another is updated
         [InputRecord(b"k050", b"v5", NOW, (), 0, 300),
@@ -828,11 +830,7 @@ def test_an_executors_replace_by_position_gives_the_table_and_change_feed_of_del
             frame = spark.createDataFrame(records_table(records))
             result = store.apply_frame(frame, txn=("t", i), metadata=lambda figures: {})
             kinds.append(result.write)
-            feed = (spark.read.format("delta").option("readChangeFeed", "true")
-                    .option("startingVersion", result.version)
-                    .option("endingVersion", result.version).load(path).collect())
-            changes.append(Counter((r._change_type, bytes(r.key), bytes(r.value or b""))
-                                   for r in feed))
+            changes.append(change_feed(spark, path, result.version))
         frame = spark.createDataFrame(records_table(batches[-1]))
         replay = store.apply_frame(frame, txn=("t", len(batches) - 1),
                                    metadata=lambda figures: {})
