@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ttl.java import java_class
+
 
 def arrow_batches(frame, *, prefetch: bool = True) -> Iterator:
     """A DataFrame's rows as Arrow record batches, in the frame's order, a partition at a
@@ -38,8 +40,7 @@ def arrow_batches(frame, *, prefetch: bool = True) -> Iterator:
     session = frame.sparkSession
     schema = to_arrow_schema(frame.schema, error_on_duplicated_field_names_in_struct=True,
                              prefers_large_types=session._jconf.arrowUseLargeVarTypes())
-    jvm = session.sparkContext._jvm
-    served = jvm.org.apache.spark.api.python.PythonRDD.toLocalIteratorAndServe(
-        frame._jdf.toArrowBatchRdd(), prefetch)
+    served = java_class(session, "org.apache.spark.api.python.PythonRDD"
+                        ).toLocalIteratorAndServe(frame._jdf.toArrowBatchRdd(), prefetch)
     for message in _local_iterator_from_socket(served, NoOpSerializer()):
         yield pa.ipc.read_record_batch(pa.py_buffer(message), schema)

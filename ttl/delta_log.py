@@ -25,6 +25,7 @@ from typing import TypeVar
 
 from ttl import commit, input_position
 from ttl.clock import recovered_stream_time, stream_time_floor
+from ttl.java import converters, java_class, none
 from ttl.names import OP_RESTORE, PROP_INPUT_POSITION
 
 log = logging.getLogger(__name__)
@@ -75,11 +76,10 @@ def _meta(key: str):
 def read_text(spark, path: str) -> str:
     """A small file's text, read through ``spark``'s Hadoop file system (``s3a://``,
     ``file:``, ``hdfs://`` alike: a checkpoint's offsets, a version's checksum)."""
-    jvm = spark.sparkContext._jvm
-    where = jvm.org.apache.hadoop.fs.Path(path)
+    where = java_class(spark, "org.apache.hadoop.fs.Path")(path)
     stream = where.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).open(where)
     try:
-        return jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+        return java_class(spark, "org.apache.commons.io.IOUtils").toString(stream, "UTF-8")
     finally:
         stream.close()
 
@@ -92,14 +92,19 @@ def is_delta_table(spark, path: str) -> bool:
 
 def _jvm_log(spark, path: str):
     """The JVM ``DeltaLog`` of a path (cached by Delta per path)."""
-    jvm = spark.sparkContext._jvm
-    return jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    return java_class(spark, "org.apache.spark.sql.delta.DeltaLog").forTable(
+        spark._jsparkSession, path)
+
+
+def _file_names(spark):
+    """Delta's ``FileNames`` (the log's file names by version)."""
+    return java_class(spark, "org.apache.spark.sql.delta.util.FileNames")
 
 
 def _updated(spark, path: str):
     """The newest JVM snapshot of a path (``DeltaLog.update``: one listing, no Spark job)."""
-    none = spark.sparkContext._jvm.scala.Option.empty()
-    return _jvm_log(spark, path).update(False, none, none)
+    nothing = none(spark)
+    return _jvm_log(spark, path).update(False, nothing, nothing)
 
 
 def table_at(spark, path: str, version: int):
@@ -113,14 +118,12 @@ def table_at(spark, path: str, version: int):
     session (Delta makes it in the thread's active one)."""
     from pyspark.sql import DataFrame
 
-    jvm = spark.sparkContext._jvm
     log_ = _jvm_log(spark, path)
-    none = jvm.scala.Option.empty()
-    snapshot = log_.getSnapshotAt(int(version), none, none, False)
-    files = jvm.scala.jdk.javaapi.CollectionConverters.asScala(
-        snapshot.allFiles().collectAsList()).toSeq()
+    nothing = none(spark)
+    snapshot = log_.getSnapshotAt(int(version), nothing, nothing, False)
+    files = converters(spark).asScala(snapshot.allFiles().collectAsList()).toSeq()
     with active_session(spark):
-        frame = log_.createDataFrame(snapshot, files, False, none)
+        frame = log_.createDataFrame(snapshot, files, False, nothing)
     return DataFrame(frame, spark)
 
 
@@ -130,8 +133,7 @@ def active_session(spark) -> Iterator[None]:
     before: Delta makes frames, and its transactions read their settings (a commit's
     userMetadata among them), in the thread's active session, which may be another store's
     (``DeltaStore.for_thread``)."""
-    jvm = spark.sparkContext._jvm
-    sessions = getattr(jvm, "org.apache.spark.sql.classic.SparkSession")
+    sessions = java_class(spark, "org.apache.spark.sql.classic.SparkSession")
     active = sessions.getActiveSession()
     sessions.setActiveSession(spark._jsparkSession)
     try:
@@ -157,9 +159,8 @@ def identity(spark, path: str) -> tuple[int, str, dict[str, str]]:
     version = int(snapshot.version())
     if version < 0:
         return version, "", {}
-    jvm = spark.sparkContext._jvm
     return version, str(snapshot.metadata().id()), dict(
-        jvm.scala.jdk.javaapi.CollectionConverters.asJava(snapshot.metadata().configuration()))
+        converters(spark).asJava(snapshot.metadata().configuration()))
 
 
 def smallest_minimum(spark, path: str, column: str) -> tuple[int, int | None, bool]:
@@ -249,7 +250,7 @@ def checkpoint_if_due(spark, path: str) -> int | None:
     if not checkpoint_due(version - int(snapshot.checkpointProvider().version()),
                           lambda: _log_bytes(snapshot)):
         return None
-    _jvm_log(spark, path).checkpoint(snapshot, spark.sparkContext._jvm.scala.Option.empty())
+    _jvm_log(spark, path).checkpoint(snapshot, none(spark))
     # Delta logs a failed checkpoint and goes on: only the log says whether it was written.
     if int(_updated(spark, path).checkpointProvider().version()) < version:
         log.warning("the checkpoint of %s at version %d was not written (Delta logged why)",
@@ -261,10 +262,8 @@ def checkpoint_if_due(spark, path: str) -> int | None:
 def commit_file_mtime_ms(spark, path: str, version: int) -> int | None:
     """When ``version``'s commit file was last written (epoch ms; ``None``: the log no
     longer holds it): the time Delta's clean-up of the log judges a file's age by."""
-    jvm = spark.sparkContext._jvm
     log_ = _jvm_log(spark, path)
-    file = jvm.org.apache.spark.sql.delta.util.FileNames.unsafeDeltaFile(
-        log_.logPath(), int(version))
+    file = _file_names(spark).unsafeDeltaFile(log_.logPath(), int(version))
     fs = file.getFileSystem(log_.newDeltaHadoopConf())
     try:
         return int(fs.getFileStatus(file).getModificationTime())
@@ -281,25 +280,22 @@ def clean_up_log(spark, path: str, retention_ms: int) -> None:
     rounded down to the hour) and before a checkpoint that stays, so every version from
     that checkpoint on can still be read. Delta's code, not ours: it knows every kind of
     file a log holds (sidecars, compatibility checkpoints, unbackfilled commits)."""
-    jvm = spark.sparkContext._jvm
-    hour = jvm.org.apache.spark.sql.delta.TruncationGranularity.HOUR()
+    hour = java_class(spark, "org.apache.spark.sql.delta.TruncationGranularity").HOUR()
     # Option[Long] of a boxed Long: py4j would pass a small int as an Integer
-    retention = jvm.scala.jdk.javaapi.OptionConverters.toScala(
-        jvm.java.util.OptionalLong.of(int(retention_ms)))
-    _jvm_log(spark, path).cleanUpExpiredLogs(
-        _updated(spark, path), jvm.scala.Option.empty(), retention, hour)
+    retention = java_class(spark, "scala.jdk.javaapi.OptionConverters").toScala(
+        java_class(spark, "java.util.OptionalLong").of(int(retention_ms)))
+    _jvm_log(spark, path).cleanUpExpiredLogs(_updated(spark, path), none(spark), retention,
+                                             hour)
 
 
 def commit_info(spark, path: str, version: int) -> Commit | None:
     """One commit read straight from its log file (no Spark job); ``None`` if the log no
     longer holds it (cleaned up after the log retention)."""
-    jvm = spark.sparkContext._jvm
     log_ = _jvm_log(spark, path)
     try:
-        file = jvm.org.apache.spark.sql.delta.util.FileNames.unsafeDeltaFile(
-            log_.logPath(), int(version))
-        found = jvm.org.apache.spark.sql.delta.DeltaHistoryManager.getCommitInfoOpt(
-            log_.store(), file, log_.newDeltaHadoopConf())
+        file = _file_names(spark).unsafeDeltaFile(log_.logPath(), int(version))
+        found = java_class(spark, "org.apache.spark.sql.delta.DeltaHistoryManager"
+                           ).getCommitInfoOpt(log_.store(), file, log_.newDeltaHadoopConf())
     except Exception as exc:  # noqa: BLE001 - py4j wraps FileNotFoundException
         if "FileNotFoundException" in str(exc):
             return None
@@ -312,8 +308,7 @@ def commit_info(spark, path: str, version: int) -> Commit | None:
     read = info.readVersion()
     return Commit(int(version), info.timestamp().getTime() / 1000, info.operation(),
                   commit.decode(None if user.isEmpty() else user.get()),
-                  {} if metrics.isEmpty() else dict(
-                      jvm.scala.jdk.javaapi.CollectionConverters.asJava(metrics.get())),
+                  {} if metrics.isEmpty() else dict(converters(spark).asJava(metrics.get())),
                   None if read.isEmpty() else int(read.get()))
 
 

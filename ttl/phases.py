@@ -13,6 +13,8 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from ttl.java import java_class
+
 _GROUP = "spark.jobGroup.id"
 
 
@@ -47,7 +49,8 @@ class BatchPhases:
         1,000: a stream's query group reaches that). Read as one string: py4j fetches a Java
         array's elements one call each, 52 ms for 1,000 ids, twice a batch; this is 5 ms."""
         tracker = self._sc._jsc.sc().statusTracker()
-        text = self._sc._jvm.java.util.Arrays.toString(tracker.getJobIdsForGroup(self._group))
+        text = java_class(self._sc, "java.util.Arrays").toString(
+            tracker.getJobIdsForGroup(self._group))
         return {int(part) for part in text.strip("[]").split(",") if part.strip()}
 
     @contextmanager
@@ -68,7 +71,7 @@ class BatchPhases:
         """The driver JVM's count of code-generation compilations so far; ``None`` if it
         cannot be read (a diagnostic never fails a batch)."""
         try:
-            return int(self._sc._jvm.org.apache.spark.metrics.source.CodegenMetrics
+            return int(java_class(self._sc, "org.apache.spark.metrics.source.CodegenMetrics")
                        .METRIC_COMPILATION_TIME().getCount())
         except Exception:  # noqa: BLE001 - a figure for the log line, nothing depends on it
             return None

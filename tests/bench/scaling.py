@@ -51,6 +51,7 @@ from ttl.local.kafka import LocalKafka
 from ttl.local.object_store import LocalObjectStore
 from ttl.local.spark_cluster import LocalSparkCluster
 from ttl.single_writer import S3_CONDITIONAL
+from ttl.store.distributed import KEY_FILTER_ENABLED
 from ttl.store.write import POSITIONAL_ENABLED
 
 CLUSTER_SETTINGS = """\
@@ -86,6 +87,9 @@ def setups(cluster: LocalSparkCluster, s3: LocalObjectStore) -> dict[str, dict]:
         "executors-delta-write": {  # Delta's replace, not ttl's by the fold's positions
             "stream_extra": 'batch_path = "executors"', "extra": on_cluster.replace(
                 CLUSTER_SETTINGS, CLUSTER_SETTINGS + f'"{POSITIONAL_ENABLED}" = "false"\n')},
+        "executors-join": {  # the stored rows by a join with the batch's hashes, no filter
+            "stream_extra": 'batch_path = "executors"', "extra": on_cluster.replace(
+                CLUSTER_SETTINGS, CLUSTER_SETTINGS + f'"{KEY_FILTER_ENABLED}" = "false"\n')},
         "executors-publish-driver": {
             "stream_extra": 'batch_path = "executors"',
             "extra": on_cluster + '[changelog]\npublish_from = "driver"\n'},

@@ -1120,3 +1120,49 @@ def test_commits_landing_during_the_both_rewrite_are_kept(spark, table_path, mon
     assert entries[b"op"].value == b"v" and entries[b"k0001"].value == b"new"
     rows = spark.read.format("delta").load(table_path)
     assert rows.count() == rows.select("key").distinct().count() == len(entries) == 2001
+
+
+@pytest.mark.parametrize("key_filter", ["every-row", "join"])
+def test_the_executors_fold_keeps_only_the_stored_rows_of_its_batchs_keys(spark, table_path,
+                                                                          key_filter):
+    """The executors' fold finds its batch's stored rows with a Bloom filter of the batch's
+    key hashes (``distributed.KEY_FILTER_ENABLED``) or a join with them. One that lets
+    every row through (a false-positive rate, ``KEY_FILTER_FPP``, of 1) gives what the
+    join gives: the partitions drop the rows of hashes they have no input of, so the batch
+    finds, replaces and removes exactly its keys' rows, and a batch of new keys is still
+    an append. A false-positive rate outside (0, 1] is refused by the setting's name."""
+    from ttl.errors import ConfigError
+    from ttl.store import distributed
+    from ttl.store.fold import records_table
+
+    store = make_store(spark, table_path, lookup="delta-rs")
+    store.spark.conf.set(distributed.KEY_FILTER_ENABLED, str(key_filter != "join").lower())
+    store.spark.conf.set(distributed.KEY_FILTER_FPP, "1")
+    store.apply_records([InputRecord(b"k%02d" % i, b"1", NOW, (), 0, i) for i in range(40)])
+    if key_filter != "join":  # the filter lets the others through
+        hashes = spark.createDataFrame([(1,), (2,), (3,)], "key_hash BIGINT")
+        table = store.spark.read.format("delta").load(table_path)
+        assert table.where(distributed._key_filter(store.spark, hashes)).count() == 40
+    seen = []
+
+    def apply(records):
+        return store.apply_frame(spark.createDataFrame(records_table(records)),
+                                 metadata=lambda figures: seen.append(figures) or {})
+
+    changed = apply([InputRecord(b"k03", b"2", NOW + 1, (), 0, 100),
+                     InputRecord(b"k07", None, NOW + 1, (), 0, 101),
+                     InputRecord(b"new", b"n", NOW + 1, (), 0, 102)])
+    assert (seen[-1].stored, seen[-1].upserted, seen[-1].deleted) == (2, 2, 1)
+    assert changed.metrics["numDeletedRows"] == 2  # k03's old row and k07's
+    appended = apply([InputRecord(b"new2", b"n", NOW + 2, (), 0, 103)])
+    assert (appended.write, seen[-1].stored) == ("append", 0)
+    rows = spark.read.format("delta").load(table_path).select("key", "value").collect()
+    stored = {bytes(r.key): bytes(r.value) for r in rows}
+    assert len(rows) == len(stored) == 41
+    assert (stored[b"k03"], stored[b"new"], stored[b"new2"], stored[b"k04"]) == (
+        b"2", b"n", b"n", b"1")
+    assert b"k07" not in stored
+    store.spark.conf.set(distributed.KEY_FILTER_FPP, "1.5")
+    with pytest.raises(ConfigError, match=re.escape(distributed.KEY_FILTER_FPP)):
+        apply([InputRecord(b"k05", b"3", NOW + 3, (), 0, 104)])
+    assert store.get(b"k05") == b"1"

@@ -24,7 +24,7 @@ from ttl.clock import FixedClock
 from ttl.config import StoreConfig
 from ttl.input_position import first_offsets, next_offsets
 from ttl.model import ReferenceStore
-from ttl.store import DeltaStore, lookup, ordering, write
+from ttl.store import DeltaStore, distributed, lookup, ordering, write
 from ttl.store.fold import records_table
 from ttl.timestamps import NO_TIMESTAMP
 
@@ -34,6 +34,11 @@ EXAMPLES = 300 if os.environ.get("TTL_LONG") else 18
 STORED_EXAMPLES = 100 if os.environ.get("TTL_LONG") else 8
 EXECUTOR_EXAMPLES = 60 if os.environ.get("TTL_LONG") else 7
 LOOKUPS = ("delta-rs", "spark-in", "spark-join")
+#: How the executors' fold finds the stored rows: the Bloom filter at its default, a
+#: false-positive rate of 1 (every stored row goes to the fold: the partitions drop the
+#: others), the join.
+KEY_FILTERS = ("bloom", "every-row", "join")
+KEY_FILTERS_FPP = {"every-row": "1"}
 
 
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
@@ -98,7 +103,7 @@ def test_batches_over_stored_keys_equal_the_reference_model(spark, tmp_path_fact
           phases=[Phase.explicit, Phase.generate],
           suppress_health_check=list(HealthCheck))
 @given(sem=semantics(), clock=CLOCKS, replace=st.booleans(), aside=st.booleans(),
-       by_position=st.booleans(),
+       by_position=st.booleans(), key_filter=st.sampled_from(KEY_FILTERS),
        plan=st.one_of(
            st.sampled_from((KEYS, WIDE_KEYS)).flatmap(
                lambda keys: batches(min_batches=1, max_batches=3, max_records=12, keys=keys)),
@@ -107,20 +112,23 @@ def test_batches_over_stored_keys_equal_the_reference_model(spark, tmp_path_fact
                                            max_records=12))))
 def test_batches_on_the_executors_equal_the_reference_model(spark, tmp_path_factory, sem,
                                                             clock, replace, aside,
-                                                            by_position, plan):
+                                                            by_position, key_filter, plan):
     """The same check for batches folded on the executors (``ttl.store.distributed``):
     the input as a DataFrame, the stored rows joined to it, each partition folded apart;
     the figures that reach the driver (counts, offsets) equal the driver path's. Each
     batch runs under a txn id, as the stream's, and runs again after its commit (a replay:
     nothing changes); its expired-on-arrival keys are the model's, in its metadata or,
     ``aside``, in the expired-keys table (``write.EXPIRED_KEYS_INLINE``). A replace is
-    ttl's by the positions the fold found, or, not ``by_position``, Delta's."""
+    ttl's by the positions the fold found, or, not ``by_position``, Delta's. The stored
+    rows are found by the Bloom filter of the batch's hashes (``key_filter``: at its
+    default, or at a false-positive rate of 1, every stored row, which the partitions must
+    drop but their own input's) or by the join with them."""
     inline = write.EXPIRED_KEYS_INLINE
     write._REPLACE_SUPPORTED = None if replace else False
     write.EXPIRED_KEYS_INLINE = 0 if aside else inline
     try:
         _run_against_model(spark, tmp_path_factory, sem, clock, plan, on_executors=True,
-                           by_position=by_position)
+                           by_position=by_position, key_filter=key_filter)
     finally:
         write._REPLACE_SUPPORTED = None
         write.EXPIRED_KEYS_INLINE = inline
@@ -128,7 +136,7 @@ def test_batches_on_the_executors_equal_the_reference_model(spark, tmp_path_fact
 
 def _run_against_model(spark, tmp_path_factory, sem, clock, plan, how="auto",
                        layout: str | None = None, on_executors: bool = False,
-                       by_position: bool = True) -> None:
+                       by_position: bool = True, key_filter: str = "bloom") -> None:
     path = str(tmp_path_factory.mktemp("model") / uuid.uuid4().hex)
     conf = StoreConfig(name="m", path=path, lookup=how, ttl=sem.ttl,
                        late_records=sem.late_records,
@@ -139,6 +147,8 @@ def _run_against_model(spark, tmp_path_factory, sem, clock, plan, how="auto",
     wall = FixedClock(plan[0].wall_ms)
     store = DeltaStore(spark, conf, clock=clock, wall_clock=wall)
     store.spark.conf.set(write.POSITIONAL_ENABLED, str(by_position).lower())
+    store.spark.conf.set(distributed.KEY_FILTER_ENABLED, str(key_filter != "join").lower())
+    store.spark.conf.set(distributed.KEY_FILTER_FPP, KEY_FILTERS_FPP.get(key_filter, "0.01"))
     model = ReferenceStore(sem, clock)
     dead_letters: list[tuple[int, int, str]] = []
     seen: list = []  # the figures an executors' batch gave its metadata

@@ -18,7 +18,9 @@ The same jar holds ``S3ConditionalLogStore.java``, Delta's store for S3 with com
 exclude other drivers (conditional PUTs) and listings from a key on (S3's ``start-after``,
 where Delta's S3 store lists the whole log by default), for a profile to name
 (``ttl.single_writer``), and ``PositionalDeletes.java``, the deletion vectors of ttl's
-replace by position (``ttl.store.positional``), which is off without the jar.
+replace by position (``ttl.store.positional``), which is off without the jar, and
+``KeyFilter.java``, the executors' fold's filter of the stored rows
+(``ttl.store.distributed``), a join without it.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ SOURCE = Path(__file__).parent / "FileLogStore.java"
 #: (``S3ConditionalLogStore.java``), which a profile names for its ``s3a`` paths.
 SOURCES = (SOURCE, Path(__file__).parent / "S3ConditionalLogStore.java",
            Path(__file__).parent / "LocalCheckpointFileManager.java",
-           Path(__file__).parent / "PositionalDeletes.java")
+           Path(__file__).parent / "PositionalDeletes.java",
+           Path(__file__).parent / "KeyFilter.java")
 CLASS = "ttl.delta.FileLogStore"
 #: The Spark setting that picks Delta's log store for a scheme.
 SETTING = "spark.delta.logStore.file.impl"

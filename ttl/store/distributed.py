@@ -7,10 +7,13 @@ stay on the executors:
 
 1. the input DataFrame (Spark's Kafka rows) gets its keys' ``key_hash`` on the executors,
    and is persisted there while the batch lasts (``held_inputs``: Kafka is read once);
-2. the stored rows of the batch's keys are a join of the table's narrow columns, at the
-   version the write starts from, with the batch's distinct keys' hashes (a row of another
-   key with the same hash comes too: the fold leaves it, and the partition says so); for a
-   replace by position, each with its file's name hash and its row index in the file;
+2. the stored rows of the batch's keys are the table's narrow columns, at the version the
+   write starts from, filtered by a Bloom filter of the batch's keys' hashes, built on the
+   executors (``KeyFilter.java``; without ttl's jar, a join with the distinct hashes,
+   which Spark broadcasts from its driver). The fold keeps those of its own input's
+   hashes (a row of another key with the same hash too: the fold leaves it, and the
+   partition says so); for a replace by position, each with its file's name hash and its
+   row index in the file;
 3. input and stored rows, tagged, are hash-partitioned by ``key_hash`` (a key's records and
    its stored row meet in one partition) and each partition is folded by
    ``ttl.store.fold.fold_table``, the driver path's own code: the fold is per key, so
@@ -48,7 +51,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ttl import delta_log
-from ttl.errors import PositionalUnsupported
+from ttl.errors import ConfigError, PositionalUnsupported
+from ttl.java import java_class
 from ttl.model import Counts, Semantics
 from ttl.names import EXPIRED_KEYS_SUFFIX, sibling
 from ttl.phases import BatchPhases
@@ -199,7 +203,7 @@ def fold_frame(spark, path: str, inputs, version: int, *, wall_ms: int, t0: int,
     from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
 
-    hashes = inputs.where(F.col("key").isNotNull()).select("key_hash").distinct()
+    hashes = inputs.where(F.col("key").isNotNull()).select("key_hash")
     table = delta_log.table_at(spark, path, version)
     where = []
     if positions:
@@ -211,9 +215,11 @@ def fold_frame(spark, path: str, inputs, version: int, *, wall_ms: int, t0: int,
         except AnalysisException as exc:
             log.warning("%s: Delta's write instead of a replace by position: %s", path,
                         positional.one_line(exc))
-    stored = (table.select("key_hash", *STORED_COLUMNS, *where)
-              .join(hashes, "key_hash", "left_semi")
-              .select(F.lit(STORED).alias("tag"), "key_hash", *STORED_COLUMNS, *where))
+    stored = table.select("key_hash", *STORED_COLUMNS, *where)
+    may_hold = _key_filter(spark, hashes)
+    stored = (stored.where(may_hold) if may_hold is not None
+              else stored.join(hashes.distinct(), "key_hash", "left_semi"))
+    stored = stored.select(F.lit(STORED).alias("tag"), "key_hash", *STORED_COLUMNS, *where)
     partitions = max(1, spark.sparkContext.defaultParallelism)
     fold = functools.partial(fold_partition, wall_ms=wall_ms, t0=t0, sem=sem,
                              inline=driver_write.EXPIRED_KEYS_INLINE)
@@ -227,6 +233,48 @@ def fold_frame(spark, path: str, inputs, version: int, *, wall_ms: int, t0: int,
     return Spread(out, figures)
 
 
+#: Whether the executors' fold finds the stored rows of the batch's keys with a Bloom
+#: filter of their hashes (``KeyFilter.java``, in ttl's jar), the default, or with a join
+#: of the table and the batch's distinct hashes (without the jar too), which Spark
+#: broadcasts: its driver reads every hash and builds the hash table itself.
+KEY_FILTER_ENABLED = "spark.ttl.fold.key_filter.enabled"
+#: The share of the table's other rows the filter lets through (its false positives: they
+#: cross the fold's shuffle, and its partitions drop them); 1: no filter, every stored row
+#: goes to the fold.
+KEY_FILTER_FPP = "spark.ttl.fold.key_filter.fpp"
+
+
+def _key_filter(spark, hashes):
+    """A condition on ``key_hash`` that holds for every one of ``hashes`` (a DataFrame of
+    that column) and for about ``KEY_FILTER_FPP`` of the others, from a Bloom filter built
+    on the executors (``KeyFilter.mightContain``); ``None`` when switched off
+    (``KEY_FILTER_ENABLED``) or without ttl's jar."""
+    from py4j.java_gateway import JavaClass
+    from pyspark.sql import functions as F
+    from pyspark.sql.classic.column import Column
+
+    text = spark.conf.get(KEY_FILTER_FPP, "0.01")
+    try:
+        fpp = float(text)
+    except ValueError:
+        fpp = -1.0
+    if not 0 < fpp <= 1:  # checked switched off too: a wrong setting fails where it is read
+        raise ConfigError(f"{KEY_FILTER_FPP} must be a number above 0 and at most 1, "
+                          f"not {text!r}")
+    if spark.conf.get(KEY_FILTER_ENABLED, "true").strip().lower() != "true":
+        return None
+    if fpp == 1:
+        return F.lit(True)
+    found = getattr(spark.sparkContext._jvm, "ttl.delta.KeyFilter")  # one lookup by name
+    if not isinstance(found, JavaClass):
+        return None  # no jar: ``positional.helper`` warns of it once
+    count = hashes.count()  # sizes the filter (Spark's makes none of no rows)
+    if not count:
+        return F.lit(False)
+    return Column(found.mightContain(spark.sparkContext._jsc, hashes._jdf, "key_hash", count,
+                                     fpp))
+
+
 def in_session(frame, spark):
     """``frame`` planned in ``spark``'s session: a batch's writes must run in the store's
     own session, whose settings say which commit they make (``ttl.commit``), and a
@@ -237,9 +285,8 @@ def in_session(frame, spark):
 
     if frame.sparkSession is spark:
         return frame
-    jvm = spark.sparkContext._jvm
-    moved = jvm.org.apache.spark.sql.classic.Dataset.ofRows(spark._jsparkSession,
-                                                             frame._jdf.logicalPlan())
+    moved = java_class(spark, "org.apache.spark.sql.classic.Dataset").ofRows(
+        spark._jsparkSession, frame._jdf.logicalPlan())
     return DataFrame(moved, spark)
 
 

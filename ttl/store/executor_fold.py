@@ -82,10 +82,16 @@ def fold_partition(batches, *, wall_ms: int, t0: int, sem: Semantics, inline: in
         return
     rows = pa.Table.from_batches(batches)
     tagged = rows.filter(pc.equal(rows["tag"], INPUT))
+    if not tagged.num_rows:
+        return  # only stored rows the batch's key filter let through, of no key here
     inputs = tagged.select(list(INPUT_COLUMNS)).cast(input_arrow_schema())
-    found = rows.filter(pc.equal(rows["tag"], STORED))
-    stored = found.select(list(STORED_COLUMNS))
     keyed = tagged.filter(pc.is_valid(tagged["key"]))
+    found = rows.filter(pc.equal(rows["tag"], STORED))
+    # Only the stored rows of this partition's input hashes: the filter that found them
+    # (a Bloom filter of the batch's hashes) lets some others through.
+    found = found.filter(pc.is_in(found["key_hash"],
+                                  value_set=keyed["key_hash"].combine_chunks()))
+    stored = found.select(list(STORED_COLUMNS))
     # Rows are partitioned by key_hash: every row of a hash is in this partition.
     by_hash = hash_identifies_keys(keyed["key"], keyed["key_hash"], found["key"],
                                    found["key_hash"])

@@ -65,6 +65,7 @@ import pyarrow.parquet as pq
 
 from ttl import delta_log, delta_rs
 from ttl.errors import PositionalUnsupported
+from ttl.java import converters, java_class, none
 from ttl.names import S3_SCHEMES
 from ttl.store.lookup import HashSet, in_ranges, local_path, may_hold
 
@@ -101,16 +102,16 @@ def _writable_snapshot(spark, path: str, version: int):
     that writes the vectors is on the classpath (``helper``); else ``None``."""
     if helper(spark) is None:
         return None
-    jvm = spark.sparkContext._jvm
-    none = jvm.scala.Option.empty()
-    snapshot = delta_log._jvm_log(spark, path).getSnapshotAt(int(version), none, none, False)
+    nothing = none(spark)
+    snapshot = delta_log._jvm_log(spark, path).getSnapshotAt(int(version), nothing, nothing,
+                                                            False)
     conf = snapshot.metadata().configuration()
     mapping = conf.get("delta.columnMapping.mode")
     if mapping.isDefined() and str(mapping.get()).lower() != "none":
         return None
-    utils = getattr(getattr(jvm.org.apache.spark.sql.delta.commands, "DeletionVectorUtils$"),
+    utils = getattr(java_class(spark, "org.apache.spark.sql.delta.commands.DeletionVectorUtils$"),
                     "MODULE$")
-    return snapshot if utils.deletionVectorsWritable(snapshot, none, none) else None
+    return snapshot if utils.deletionVectorsWritable(snapshot, nothing, nothing) else None
 
 
 def _column_index(metadata: pq.FileMetaData, name: str) -> int | None:
@@ -365,11 +366,11 @@ def replace_by_name(spark, path: str, version: int, count: int,
 def _write_operation(spark, predicate: str | None, using: str | None):
     """Delta's ``WRITE`` operation of an overwrite, as a replace records it: its
     ``predicate`` (``replaceWhere``'s) or the columns it matched by (``replaceUsing``'s)."""
-    jvm = spark.sparkContext._jvm
-    option, none = jvm.scala.Option, jvm.scala.Option.empty()
-    return getattr(jvm.org.apache.spark.sql.delta, "DeltaOperations$Write")(
-        jvm.org.apache.spark.sql.SaveMode.Overwrite, none, option.apply(predicate), none, none,
-        none, none, none, option.apply(using))
+    option, nothing = java_class(spark, "scala.Option"), none(spark)
+    return java_class(spark, "org.apache.spark.sql.delta.DeltaOperations$Write")(
+        java_class(spark, "org.apache.spark.sql.SaveMode").Overwrite, nothing,
+        option.apply(predicate), nothing, nothing, nothing, nothing, nothing,
+        option.apply(using))
 
 
 def delete_by_position(spark, path: str, version: int, touched: dict[str, np.ndarray],
@@ -379,11 +380,11 @@ def delete_by_position(spark, path: str, version: int, touched: dict[str, np.nda
     predicate and ``numDeletedRows`` in the log); the commit's userMetadata from the
     session. Returns how many rows it deleted; ``None``, committing nothing, when none was
     left to delete (as Delta's DELETE, which commits only when a row matches)."""
-    jvm = spark.sparkContext._jvm
     parsed = spark._jsparkSession.sessionState().sqlParser().parseExpression(predicate)
-    condition = jvm.scala.jdk.javaapi.CollectionConverters.asScala(
-        jvm.java.util.Collections.singletonList(parsed)).toSeq()
-    operation = getattr(jvm.org.apache.spark.sql.delta, "DeltaOperations$Delete")(condition)
+    condition = converters(spark).asScala(
+        java_class(spark, "java.util.Collections").singletonList(parsed)).toSeq()
+    operation = java_class(spark, "org.apache.spark.sql.delta.DeltaOperations$Delete")(
+        condition)
     return _commit(spark, path, version, _by_path(spark, touched), None, None, operation,
                    required=False)
 
@@ -407,21 +408,20 @@ def _commit(spark, path: str, version: int, deletes: Callable | None, rows,
     Run in ``spark`` as the thread's active session: Delta's transaction reads its
     settings there."""
     with delta_log.active_session(spark):
-        jvm = spark.sparkContext._jvm
-        delta = jvm.org.apache.spark.sql.delta
-        option, none = jvm.scala.Option, jvm.scala.Option.empty()
-        seq = jvm.scala.jdk.javaapi.CollectionConverters
+        option, nothing = java_class(spark, "scala.Option"), none(spark)
+        seq = converters(spark)
         log_ = delta_log._jvm_log(spark, path)
-        snapshot = log_.getSnapshotAt(int(version), none, none, False)
-        transaction = log_.startTransaction(none, option.apply(snapshot))
+        snapshot = log_.getSnapshotAt(int(version), nothing, nothing, False)
+        transaction = log_.startTransaction(nothing, option.apply(snapshot))
         if txn is not None and transaction.txnVersion(txn[0]) >= txn[1]:
             return None
         transaction.readWholeTable()
-        actions = jvm.java.util.ArrayList()
+        actions = java_class(spark, "java.util.ArrayList")()
         now = int(time.time() * 1000)
         if txn is not None:
             # A Python int this large reaches the JVM as a Long (Option[Long] needs one).
-            actions.add(delta.actions.SetTransaction(txn[0], int(txn[1]), option.apply(now)))
+            actions.add(java_class(spark, "org.apache.spark.sql.delta.actions.SetTransaction")(
+                txn[0], int(txn[1]), option.apply(now)))
         try:  # nothing is committed before ``commit``: Delta's write is still safe
             deleted, removed = (deletes(log_, snapshot, transaction, now, actions)
                                 if deletes is not None else (0, 0))
@@ -456,11 +456,10 @@ def one_line(exc: Exception) -> str:
 def _java_array(spark, values: np.ndarray, kind: str):
     """``values`` as a JVM ``long[]`` or ``int[]`` (``kind``), handed over as one byte
     array (a call per value would cost a round trip to the JVM each)."""
-    jvm = spark.sparkContext._jvm
-    array = spark.sparkContext._gateway.new_array(getattr(jvm, kind), len(values))
+    array = spark.sparkContext._gateway.new_array(java_class(spark, kind), len(values))
     dtype, view = ("<i8", "asLongBuffer") if kind == "long" else ("<i4", "asIntBuffer")
-    buffer = (jvm.java.nio.ByteBuffer.wrap(values.astype(dtype).tobytes())
-              .order(jvm.java.nio.ByteOrder.LITTLE_ENDIAN))
+    buffer = (java_class(spark, "java.nio.ByteBuffer").wrap(values.astype(dtype).tobytes())
+              .order(java_class(spark, "java.nio.ByteOrder").LITTLE_ENDIAN))
     getattr(buffer, view)().get(array)
     return array
 
@@ -468,11 +467,10 @@ def _java_array(spark, values: np.ndarray, kind: str):
 def _register_metrics(spark, transaction, values: dict[str, int]) -> None:
     """Give the commit's ``operationMetrics`` these values, as Delta's own writes do (the
     batch line logs ``numDeletedRows``)."""
-    jvm = spark.sparkContext._jvm
-    metrics = getattr(getattr(jvm.scala.collection.immutable, "Map$"), "MODULE$").empty()
+    metrics = getattr(java_class(spark, "scala.collection.immutable.Map$"), "MODULE$").empty()
+    sql_metrics = java_class(spark, "org.apache.spark.sql.execution.metric.SQLMetrics")
     for name, value in values.items():
-        metric = jvm.org.apache.spark.sql.execution.metric.SQLMetrics.createMetric(
-            spark.sparkContext._jsc.sc(), name)
+        metric = sql_metrics.createMetric(spark.sparkContext._jsc.sc(), name)
         metric.set(int(value))
         metrics = metrics.updated(name, metric)
     transaction.registerSQLMetrics(spark._jsparkSession, metrics)
@@ -485,7 +483,8 @@ def helper(spark):
     from py4j.java_gateway import JavaClass
 
     global _WARNED_NO_JAR
-    found = spark.sparkContext._jvm.ttl.delta.PositionalDeletes
+    # One lookup by the full name (``ttl.java``): a class when the jar is there.
+    found = getattr(spark.sparkContext._jvm, "ttl.delta.PositionalDeletes")
     if isinstance(found, JavaClass):
         return found
     if not _WARNED_NO_JAR:
@@ -504,7 +503,6 @@ def _deletion_vectors(spark, log_, snapshot, transaction, touched: dict[str, np.
     rows and ``touched``'s), and the removal of its old entry, written in one vector file
     (``PositionalDeletes.java``: one call into the JVM for all the files); returns how many
     rows it deleted that were not deleted before, and how many files it removed whole."""
-    jvm = spark.sparkContext._jvm
     deletes = helper(spark)
     if deletes is None:
         raise PositionalUnsupported("ttl's JVM classes are not on the classpath")
@@ -520,7 +518,7 @@ def _deletion_vectors(spark, log_, snapshot, transaction, touched: dict[str, np.
     uncounted = deletes.uncounted(olds)
     if uncounted is not None:  # find_rows checked delta-rs's row counts; this is Delta's
         raise PositionalUnsupported(f"{uncounted} has no row count in Delta's snapshot")
-    transaction.trackFilesRead(jvm.scala.jdk.javaapi.CollectionConverters.asScala(olds).toSeq())
+    transaction.trackFilesRead(converters(spark).asScala(olds).toSeq())
     rows = [touched[wanted[p]] for p in paths]
     ends = np.cumsum([len(r) for r in rows])
     counts = deletes.delete(log_, transaction, olds,
