@@ -150,3 +150,17 @@ def test_the_positions_named_are_the_changed_keys_rows_with_their_own_hash():
                                                                                   b"c"]
     row, = [json.loads(f) for f in out["figures"].drop_null().to_pylist()]
     assert row["positions"] == 3
+
+
+def test_stored_rows_of_no_input_hash_are_dropped_and_a_partition_of_only_those_is_empty():
+    """The Bloom filter that finds a batch's stored rows lets some of other keys through:
+    the partition keeps only the stored rows of its inputs' hashes, so the fold, its
+    figures and the rows the commit deletes are what the exact join would give; a
+    partition that got only such rows gives nothing at all."""
+    records = [InputRecord(b"a", b"2", NOW, (), 0, 1)]
+    exact = folded(records, {b"a": NOW - 10})
+    leaky = folded(records, {b"a": NOW - 10, b"x": NOW - 10, b"y": NOW - 20})
+    assert leaky.equals(exact)
+    assert figures(records, {b"a": NOW - 10, b"x": NOW - 10})["stored"] == 1
+    only_stored = partition_rows([], {b"x": NOW - 10}).to_batches()
+    assert not list(fold_partition(only_stored, wall_ms=NOW, t0=NOW, sem=Semantics(ttl=TTL)))
