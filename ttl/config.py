@@ -35,7 +35,7 @@ except ImportError:  # Python 3.10
 
 from ttl.errors import ConfigError
 from ttl.model import CHANGELOG_OVERHEAD
-from ttl.names import DEAD_LETTERS_SUFFIX, EMBEDDED, sibling
+from ttl.names import DEAD_LETTERS_SUFFIX, EMBEDDED, KEY_FILTER_ENABLED, KEY_FILTER_FPP, sibling
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONF_DIR = REPO_ROOT / "conf"
@@ -325,15 +325,45 @@ class StreamConfig(_Section):
     executor_min_records: int = Field(default=20_000, gt=0)
 
 
+def key_filter_fpp(text: str) -> float:
+    """``KEY_FILTER_FPP``'s value: a rate above 0 and at most 1 (1: no filter)."""
+    try:
+        fpp = float(text)
+    except ValueError:
+        fpp = -1.0
+    if not 0 < fpp <= 1:
+        raise ValueError(f"{KEY_FILTER_FPP} must be a number above 0 and at most 1, "
+                         f"not {text!r}")
+    return fpp
+
+
+def switch(name: str, text: str) -> bool:
+    """An on/off Spark setting of ttl's: ``true`` or ``false``, any case."""
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise ValueError(f"{name} must be true or false, not {text!r}")
+    return value == "true"
+
+
 class SparkConfig(_Section):
     """Where the jobs run. ``packages`` are extra Maven coordinates a profile needs on top of
     Delta and the Kafka connector (e.g. hadoop-aws and Delta's DynamoDB log store for S3);
-    ``deploy/submit`` passes them as ``--packages``."""
+    ``deploy/submit`` passes them as ``--packages``. ttl's own settings among ``settings``
+    are checked here, at load, not at the batch that first reads them."""
 
     master: str = "local[*]"
     app_name: str = "ttl"
     packages: list[str] = Field(default_factory=list)
     settings: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("settings")
+    @classmethod
+    def _ttl_settings(cls, settings: dict[str, str]) -> dict[str, str]:
+        if KEY_FILTER_FPP in settings:
+            key_filter_fpp(str(settings[KEY_FILTER_FPP]))
+        if KEY_FILTER_ENABLED in settings:
+            switch(KEY_FILTER_ENABLED, str(settings[KEY_FILTER_ENABLED]))
+        return settings
 
 
 class DrillConfig(_Section):

@@ -4,19 +4,22 @@ Py4J resolves ``jvm.org.apache.hadoop.fs.Path`` one name at a time, asking the J
 ``org``, then ``org.apache``, and so on, is a class; each "no" makes the JVM's class loader
 look for that class in every jar of the classpath (about 1 ms with ttl's jars, against
 0.1 ms for the call itself). A batch made dozens of such walks. A class named in full is a
-handle with no round trip; its calls resolve the class once, in the JVM.
+handle made without a round trip; each call on it is one, as any call is.
 """
 
 from __future__ import annotations
 
-from py4j.java_gateway import JavaClass
-
 __all__ = ["converters", "java_class", "none"]
 
 
-def java_class(spark, name: str) -> JavaClass:
+def java_class(spark, name: str):
     """The class ``name`` (its full binary name: ``a.b.Outer$Inner``, a Scala object's
-    ``a.b.Name$``) in the JVM of ``spark`` (a SparkSession or a SparkContext)."""
+    ``a.b.Name$``) in the JVM of ``spark`` (a SparkSession or a SparkContext): a Py4J
+    ``JavaClass``."""
+    # Here, not at the top: executors import modules that import this one, and their
+    # Python needs nothing of the driver's (tests/unit/test_submit.py).
+    from py4j.java_gateway import JavaClass
+
     context = getattr(spark, "sparkContext", spark)
     return JavaClass(name, context._jvm._gateway_client)
 
@@ -26,6 +29,6 @@ def none(spark):
     return java_class(spark, "scala.Option").empty()
 
 
-def converters(spark) -> JavaClass:
+def converters(spark):
     """Scala's collection converters for Java callers (``asScala``, ``asJava``)."""
     return java_class(spark, "scala.jdk.javaapi.CollectionConverters")

@@ -126,3 +126,10 @@ def query_name(store: str) -> str:
 
 #: Logger of the per-batch JSON lines (README: ``ttl.batch``).
 BATCH_LOGGER = "ttl.batch"
+
+# Spark settings of the executors' fold (a profile's [spark] settings; ttl.store.distributed)
+#: Whether the fold finds the batch's stored rows with a Bloom filter of their hashes
+#: (``true``, the default) or a join with them.
+KEY_FILTER_ENABLED = "spark.ttl.fold.key_filter.enabled"
+#: The filter's false-positive rate, in (0, 1]; 1: no filter.
+KEY_FILTER_FPP = "spark.ttl.fold.key_filter.fpp"

@@ -50,8 +50,8 @@ from ttl.jvm.jars import Versions
 from ttl.local.kafka import LocalKafka
 from ttl.local.object_store import LocalObjectStore
 from ttl.local.spark_cluster import LocalSparkCluster
+from ttl.names import KEY_FILTER_ENABLED
 from ttl.single_writer import S3_CONDITIONAL
-from ttl.store.distributed import KEY_FILTER_ENABLED
 from ttl.store.write import POSITIONAL_ENABLED
 
 CLUSTER_SETTINGS = """\

@@ -1122,27 +1122,32 @@ def test_commits_landing_during_the_both_rewrite_are_kept(spark, table_path, mon
     assert rows.count() == rows.select("key").distinct().count() == len(entries) == 2001
 
 
-@pytest.mark.parametrize("key_filter", ["every-row", "join"])
+@pytest.mark.parametrize("key_filter", ["bloom", "every-row", "join"])
 def test_the_executors_fold_keeps_only_the_stored_rows_of_its_batchs_keys(spark, table_path,
                                                                           key_filter):
     """The executors' fold finds its batch's stored rows with a Bloom filter of the batch's
-    key hashes (``distributed.KEY_FILTER_ENABLED``) or a join with them. One that lets
-    every row through (a false-positive rate, ``KEY_FILTER_FPP``, of 1) gives what the
-    join gives: the partitions drop the rows of hashes they have no input of, so the batch
+    key hashes (``KEY_FILTER_ENABLED``) or a join with them. The filter keeps every row of
+    the batch's keys and about 1% of the others (``KEY_FILTER_FPP``; at 1, every row).
+    Whichever, the partitions drop the rows of hashes they have no input of, so the batch
     finds, replaces and removes exactly its keys' rows, and a batch of new keys is still
     an append. A false-positive rate outside (0, 1] is refused by the setting's name."""
     from ttl.errors import ConfigError
+    from ttl.names import KEY_FILTER_ENABLED, KEY_FILTER_FPP
     from ttl.store import distributed
     from ttl.store.fold import records_table
 
     store = make_store(spark, table_path, lookup="delta-rs")
-    store.spark.conf.set(distributed.KEY_FILTER_ENABLED, str(key_filter != "join").lower())
-    store.spark.conf.set(distributed.KEY_FILTER_FPP, "1")
+    store.spark.conf.set(KEY_FILTER_ENABLED, str(key_filter != "join").lower())
+    store.spark.conf.set(KEY_FILTER_FPP, "1" if key_filter == "every-row" else "0.01")
     store.apply_records([InputRecord(b"k%02d" % i, b"1", NOW, (), 0, i) for i in range(40)])
-    if key_filter != "join":  # the filter lets the others through
-        hashes = spark.createDataFrame([(1,), (2,), (3,)], "key_hash BIGINT")
+    if key_filter != "join":  # every row of the three keys, and of the others none or all
+        three = distributed.tagged_inputs(store.spark.createDataFrame(records_table(
+            [InputRecord(b"k%02d" % i, b"x", NOW, (), 0, i) for i in (1, 2, 3)])))
         table = store.spark.read.format("delta").load(table_path)
-        assert table.where(distributed._key_filter(store.spark, hashes)).count() == 40
+        kept = table.where(distributed.key_filter(store.spark, three)).select("key")
+        keys = {bytes(r.key) for r in kept.collect()}
+        assert {b"k01", b"k02", b"k03"} <= keys
+        assert len(keys) == 40 if key_filter == "every-row" else len(keys) <= 5
     seen = []
 
     def apply(records):
@@ -1162,7 +1167,7 @@ def test_the_executors_fold_keeps_only_the_stored_rows_of_its_batchs_keys(spark,
     assert (stored[b"k03"], stored[b"new"], stored[b"new2"], stored[b"k04"]) == (
         b"2", b"n", b"n", b"1")
     assert b"k07" not in stored
-    store.spark.conf.set(distributed.KEY_FILTER_FPP, "1.5")
-    with pytest.raises(ConfigError, match=re.escape(distributed.KEY_FILTER_FPP)):
+    store.spark.conf.set(KEY_FILTER_FPP, "1.5")
+    with pytest.raises(ConfigError, match=re.escape(KEY_FILTER_FPP)):
         apply([InputRecord(b"k05", b"3", NOW + 3, (), 0, 104)])
     assert store.get(b"k05") == b"1"

@@ -24,7 +24,8 @@ from ttl.clock import FixedClock
 from ttl.config import StoreConfig
 from ttl.input_position import first_offsets, next_offsets
 from ttl.model import ReferenceStore
-from ttl.store import DeltaStore, distributed, lookup, ordering, write
+from ttl.names import KEY_FILTER_ENABLED, KEY_FILTER_FPP
+from ttl.store import DeltaStore, lookup, ordering, write
 from ttl.store.fold import records_table
 from ttl.timestamps import NO_TIMESTAMP
 
@@ -147,8 +148,8 @@ def _run_against_model(spark, tmp_path_factory, sem, clock, plan, how="auto",
     wall = FixedClock(plan[0].wall_ms)
     store = DeltaStore(spark, conf, clock=clock, wall_clock=wall)
     store.spark.conf.set(write.POSITIONAL_ENABLED, str(by_position).lower())
-    store.spark.conf.set(distributed.KEY_FILTER_ENABLED, str(key_filter != "join").lower())
-    store.spark.conf.set(distributed.KEY_FILTER_FPP, KEY_FILTERS_FPP.get(key_filter, "0.01"))
+    store.spark.conf.set(KEY_FILTER_ENABLED, str(key_filter != "join").lower())
+    store.spark.conf.set(KEY_FILTER_FPP, KEY_FILTERS_FPP.get(key_filter, "0.01"))
     model = ReferenceStore(sem, clock)
     dead_letters: list[tuple[int, int, str]] = []
     seen: list = []  # the figures an executors' batch gave its metadata

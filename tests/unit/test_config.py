@@ -194,3 +194,17 @@ def test_the_log_retention_outlives_publication_and_drills():
         maintenance(log_retention="2h")
     # no clean-up: nothing to check
     assert maintenance(log_retention="2h", log_cleanup_interval=None).log_retention_ms == 7_200_000
+
+
+@pytest.mark.parametrize(("name", "value"), [("spark.ttl.fold.key_filter.fpp", "0"),
+                                             ("spark.ttl.fold.key_filter.fpp", "1.5"),
+                                             ("spark.ttl.fold.key_filter.fpp", "often"),
+                                             ("spark.ttl.fold.key_filter.enabled", "yes")])
+def test_ttls_own_spark_settings_are_checked_at_load(name, value):
+    """The executors' fold reads these at its first batch, which may come hours after
+    the start: a wrong value fails the profile's load instead, by its name."""
+    raw = {**MINIMAL, "spark": {"settings": {name: value}}}
+    with pytest.raises(ConfigError, match=name.replace(".", r"\.")):
+        config.from_dict(raw)
+    fine = {"spark.ttl.fold.key_filter.fpp": "1", "spark.ttl.fold.key_filter.enabled": "False"}
+    assert config.from_dict({**MINIMAL, "spark": {"settings": fine}}).spark.settings == fine

@@ -51,10 +51,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ttl import delta_log
+from ttl.config import key_filter_fpp, switch
 from ttl.errors import ConfigError, PositionalUnsupported
 from ttl.java import java_class
 from ttl.model import Counts, Semantics
-from ttl.names import EXPIRED_KEYS_SUFFIX, sibling
+from ttl.names import EXPIRED_KEYS_SUFFIX, KEY_FILTER_ENABLED, KEY_FILTER_FPP, sibling
 from ttl.phases import BatchPhases
 from ttl.store import positional
 from ttl.store import write as driver_write
@@ -100,7 +101,7 @@ class Figures:
     upserted: int = 0
     deleted: int = 0
     expired: int = 0
-    stored: int = 0  # stored rows the join found (of the batch's keys' hashes)
+    stored: int = 0  # stored rows of the batch's keys' hashes the partitions kept
     rejects: int = 0
     first_offsets: dict[str, int] = field(default_factory=dict)
     next_offsets: dict[str, int] = field(default_factory=dict)
@@ -194,16 +195,16 @@ def tagged_inputs(records):
 
 
 def fold_frame(spark, path: str, inputs, version: int, *, wall_ms: int, t0: int,
-               sem: Semantics, positions: bool = False) -> Spread:
+               sem: Semantics, positions: bool = False, may_hold=None) -> Spread:
     """Fold ``inputs`` (``tagged_inputs``) onto the table at ``version``, on the executors
     (module docstring, steps 2-4). ``positions``: the stored rows carry their file's name
     hash and row index, and the fold names those the commit deletes (``position`` rows),
-    for a replace by position."""
+    for a replace by position. ``may_hold``: the batch's ``key_filter``, or ``None`` for a
+    join with its keys' hashes."""
     from pyspark import StorageLevel
     from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
 
-    hashes = inputs.where(F.col("key").isNotNull()).select("key_hash")
     table = delta_log.table_at(spark, path, version)
     where = []
     if positions:
@@ -216,9 +217,11 @@ def fold_frame(spark, path: str, inputs, version: int, *, wall_ms: int, t0: int,
             log.warning("%s: Delta's write instead of a replace by position: %s", path,
                         positional.one_line(exc))
     stored = table.select("key_hash", *STORED_COLUMNS, *where)
-    may_hold = _key_filter(spark, hashes)
-    stored = (stored.where(may_hold) if may_hold is not None
-              else stored.join(hashes.distinct(), "key_hash", "left_semi"))
+    if may_hold is not None:
+        stored = stored.where(may_hold)
+    else:
+        hashes = inputs.where(F.col("key").isNotNull()).select("key_hash").distinct()
+        stored = stored.join(hashes, "key_hash", "left_semi")
     stored = stored.select(F.lit(STORED).alias("tag"), "key_hash", *STORED_COLUMNS, *where)
     partitions = max(1, spark.sparkContext.defaultParallelism)
     fold = functools.partial(fold_partition, wall_ms=wall_ms, t0=t0, sem=sem,
@@ -233,46 +236,68 @@ def fold_frame(spark, path: str, inputs, version: int, *, wall_ms: int, t0: int,
     return Spread(out, figures)
 
 
-#: Whether the executors' fold finds the stored rows of the batch's keys with a Bloom
-#: filter of their hashes (``KeyFilter.java``, in ttl's jar), the default, or with a join
-#: of the table and the batch's distinct hashes (without the jar too), which Spark
-#: broadcasts: its driver reads every hash and builds the hash table itself.
-KEY_FILTER_ENABLED = "spark.ttl.fold.key_filter.enabled"
-#: The share of the table's other rows the filter lets through (its false positives: they
-#: cross the fold's shuffle, and its partitions drop them); 1: no filter, every stored row
-#: goes to the fold.
-KEY_FILTER_FPP = "spark.ttl.fold.key_filter.fpp"
-
-
-def _key_filter(spark, hashes):
-    """A condition on ``key_hash`` that holds for every one of ``hashes`` (a DataFrame of
-    that column) and for about ``KEY_FILTER_FPP`` of the others, from a Bloom filter built
-    on the executors (``KeyFilter.mightContain``); ``None`` when switched off
-    (``KEY_FILTER_ENABLED``) or without ttl's jar."""
-    from py4j.java_gateway import JavaClass
+def key_filter(spark, inputs):
+    """A condition on ``key_hash`` that holds for every hash of ``inputs``' keyed records
+    and for about ``KEY_FILTER_FPP`` of the others, from a Bloom filter built on the
+    executors (``KeyFilter.mightContain``, ttl's jar); ``None`` for the join instead:
+    switched off (``KEY_FILTER_ENABLED``), or without ttl's jar on the driver or, on a
+    cluster, the executors (each said once, in a warning). Made once a batch: its every
+    fold (again after a commit landed) reads the same records."""
     from pyspark.sql import functions as F
     from pyspark.sql.classic.column import Column
 
-    text = spark.conf.get(KEY_FILTER_FPP, "0.01")
-    try:
-        fpp = float(text)
-    except ValueError:
-        fpp = -1.0
-    if not 0 < fpp <= 1:  # checked switched off too: a wrong setting fails where it is read
-        raise ConfigError(f"{KEY_FILTER_FPP} must be a number above 0 and at most 1, "
-                          f"not {text!r}")
-    if spark.conf.get(KEY_FILTER_ENABLED, "true").strip().lower() != "true":
+    try:  # the profile's were checked at load; a session's own settings are checked here
+        fpp = key_filter_fpp(spark.conf.get(KEY_FILTER_FPP, "0.01"))
+        enabled = switch(KEY_FILTER_ENABLED, spark.conf.get(KEY_FILTER_ENABLED, "true"))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if not enabled:
         return None
     if fpp == 1:
         return F.lit(True)
-    found = getattr(spark.sparkContext._jvm, "ttl.delta.KeyFilter")  # one lookup by name
-    if not isinstance(found, JavaClass):
-        return None  # no jar: ``positional.helper`` warns of it once
+    found = _key_filter_class(spark)
+    if found is None:
+        return None
+    hashes = inputs.where(F.col("key").isNotNull()).select("key_hash")
     count = hashes.count()  # sizes the filter (Spark's makes none of no rows)
     if not count:
         return F.lit(False)
     return Column(found.mightContain(spark.sparkContext._jsc, hashes._jdf, "key_hash", count,
                                      fpp))
+
+
+def _key_filter_class(spark):
+    """``KeyFilter`` when the driver has it and, off local mode, so do the executors (a
+    one-row filter run there once per application: a jar on the driver's classpath only
+    would fail every batch); else ``None``, with one warning."""
+    from py4j.java_gateway import JavaClass
+    from pyspark.sql import functions as F
+    from pyspark.sql.classic.column import Column
+
+    context = spark.sparkContext
+    known = _EXECUTORS_HAVE_IT.get(context.applicationId)
+    if known is not None:
+        return known or None
+    found = getattr(context._jvm, "ttl.delta.KeyFilter")  # one lookup by the full name
+    usable = isinstance(found, JavaClass)
+    why = "ttl's jar is not on the driver's classpath (`ttl setup` builds it)"
+    if usable and not context.master.startswith("local"):
+        try:
+            ids = spark.range(1).select(F.col("id").alias("key_hash"))
+            usable = ids.where(Column(found.mightContain(
+                context._jsc, ids._jdf, "key_hash", 1, 0.01))).count() == 1
+            why = "it gave a wrong count on the executors"
+        except Exception as exc:  # noqa: BLE001 - the join is always there
+            usable, why = False, f"the executors could not run it: {positional.one_line(exc)}"
+    if not usable:
+        log.warning("the executors' batches find their stored rows with a join, not ttl's "
+                    "Bloom filter: %s", why)
+    _EXECUTORS_HAVE_IT[context.applicationId] = found if usable else False
+    return found if usable else None
+
+
+#: Per Spark application: ``KeyFilter`` where it is usable, else False (``_key_filter_class``).
+_EXECUTORS_HAVE_IT: dict[str, object] = {}
 
 
 def in_session(frame, spark):
@@ -322,7 +347,7 @@ def _unpersist(frame) -> None:
 def held_inputs(spark, records) -> Iterator:
     """The batch's input as the fold's rows (``tagged_inputs``, in ``spark``'s session),
     persisted on the executors while the caller's block runs: Kafka is read once, for the
-    keys' semi-join and the fold alike, and for every run again of the batch (after a
+    keys' filter and the fold alike, and for every run again of the batch (after a
     commit landed during its fold, or a Delta conflict at its commit)."""
     from pyspark import StorageLevel
 
@@ -349,14 +374,18 @@ def write_frame(spark, path: str, dead_letter_path: str, inputs, *, sem: Semanti
     phases = phases or BatchPhases()
     done = set() if done is None else done
     spreads: list[Spread] = []
+    filters: list = []  # the batch's key filter, made at its first fold
 
     def attempt(version: int) -> tuple[Spread, WriteResult, dict]:
         for old in spreads:  # an earlier attempt's, at an older version
             _unpersist(old.out)
         spreads.clear()
         with phases.phase("fold"):
+            if not filters:
+                filters.append(key_filter(spark, inputs))
             spread = fold_frame(spark, path, inputs, version, wall_ms=wall_ms, t0=t0, sem=sem,
-                                positions=_by_position(spark, path, version))
+                                positions=_by_position(spark, path, version),
+                                may_hold=filters[0])
         spreads.append(spread)
         prepared = _prepare(spark, path, dead_letter_path, spread, version, wall_ms=wall_ms,
                             t0=t0, metadata=metadata, txn=txn, phases=phases, done=done)
