@@ -9,7 +9,7 @@ handle made without a round trip; each call on it is one, as any call is.
 
 from __future__ import annotations
 
-__all__ = ["converters", "java_class", "none"]
+__all__ = ["converters", "java_class", "loaded", "none"]
 
 
 def java_class(spark, name: str):
@@ -22,6 +22,16 @@ def java_class(spark, name: str):
 
     context = getattr(spark, "sparkContext", spark)
     return JavaClass(name, context._jvm._gateway_client)
+
+
+def loaded(spark, name: str):
+    """The class ``name`` when the JVM can load it, else ``None``: for a class of an
+    optional jar (ttl's own) or of a newer Delta. One lookup by the full name, where
+    ``jvm.a.b.C`` would walk the package names."""
+    from py4j.java_gateway import JavaClass
+
+    found = getattr(getattr(spark, "sparkContext", spark)._jvm, name)
+    return found if isinstance(found, JavaClass) else None
 
 
 def none(spark):

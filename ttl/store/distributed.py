@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from ttl import delta_log
 from ttl.config import key_filter_fpp, switch
 from ttl.errors import ConfigError, PositionalUnsupported
-from ttl.java import java_class
+from ttl.java import java_class, loaded
 from ttl.model import Counts, Semantics
 from ttl.names import EXPIRED_KEYS_SUFFIX, KEY_FILTER_ENABLED, KEY_FILTER_FPP, sibling
 from ttl.phases import BatchPhases
@@ -270,7 +270,6 @@ def _key_filter_class(spark):
     """``KeyFilter`` when the driver has it and, off local mode, so do the executors (a
     one-row filter run there once per application: a jar on the driver's classpath only
     would fail every batch); else ``None``, with one warning."""
-    from py4j.java_gateway import JavaClass
     from pyspark.sql import functions as F
     from pyspark.sql.classic.column import Column
 
@@ -278,8 +277,8 @@ def _key_filter_class(spark):
     known = _EXECUTORS_HAVE_IT.get(context.applicationId)
     if known is not None:
         return known or None
-    found = getattr(context._jvm, "ttl.delta.KeyFilter")  # one lookup by the full name
-    usable = isinstance(found, JavaClass)
+    found = loaded(spark, "ttl.delta.KeyFilter")
+    usable = found is not None
     why = "ttl's jar is not on the driver's classpath (`ttl setup` builds it)"
     if usable and not context.master.startswith("local"):
         try:

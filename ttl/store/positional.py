@@ -65,7 +65,7 @@ import pyarrow.parquet as pq
 
 from ttl import delta_log, delta_rs
 from ttl.errors import PositionalUnsupported
-from ttl.java import converters, java_class, none
+from ttl.java import converters, java_class, loaded, none
 from ttl.names import S3_SCHEMES
 from ttl.store.lookup import HashSet, in_ranges, local_path, may_hold
 
@@ -480,12 +480,9 @@ def helper(spark):
     """ttl's JVM class that writes the deletion vectors (``ttl/jvm/PositionalDeletes.java``,
     in the jar ``ttl setup`` builds with a JDK), or ``None`` when it is not on the
     classpath."""
-    from py4j.java_gateway import JavaClass
-
     global _WARNED_NO_JAR
-    # One lookup by the full name (``ttl.java``): a class when the jar is there.
-    found = getattr(spark.sparkContext._jvm, "ttl.delta.PositionalDeletes")
-    if isinstance(found, JavaClass):
+    found = loaded(spark, "ttl.delta.PositionalDeletes")
+    if found is not None:
         return found
     if not _WARNED_NO_JAR:
         log.warning("ttl's jar is not on the classpath (`ttl setup` builds it with a JDK): "

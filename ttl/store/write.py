@@ -71,6 +71,7 @@ import numpy as np
 
 from ttl import commit, delta_log
 from ttl.errors import PositionalUnsupported, StaleLookup
+from ttl.java import loaded
 from ttl.model import Counts, Semantics
 from ttl.names import EXPIRED_KEYS_SUFFIX, OP_DEAD_LETTERS, PROP_LAST_NOOP_BATCH, sibling
 from ttl.phases import BatchPhases
@@ -518,12 +519,9 @@ def replace_supported(spark, removes: bool = False) -> bool:
     an append is a MERGE."""
     global _REPLACE_SUPPORTED
     if _REPLACE_SUPPORTED is None:
-        from py4j.java_gateway import JavaClass
-
-        jvm = spark.sparkContext._jvm
-        _REPLACE_SUPPORTED = isinstance(
-            jvm.org.apache.spark.sql.delta.commands.DeltaInsertReplaceOnOrUsingCommand,
-            JavaClass)
+        _REPLACE_SUPPORTED = loaded(
+            spark, "org.apache.spark.sql.delta.commands.DeltaInsertReplaceOnOrUsingCommand"
+        ) is not None
     switch = REPLACE_ON_ENABLED if removes else REPLACE_USING_ENABLED
     return _REPLACE_SUPPORTED and spark.conf.get(switch, "true").strip().lower() == "true"
 
