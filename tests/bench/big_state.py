@@ -485,12 +485,19 @@ def main() -> None:
                         help="With --commits: then run the scheduled clean-up of the log "
                              "(2-day retention, every commit but the newest past it) and "
                              "measure again.")
+    parser.add_argument("--no-watch", action="store_true",
+                        help="ttl's log store reads the log's names at every listing, "
+                             "without its watch of the directory: the before of the latter.")
     parser.add_argument("--hadoop-listing", action="store_true",
                         help="List local Delta logs with Delta's HDFSLogStore (Hadoop's "
                              "listing), not ttl's FileLogStore: the before of the latter.")
     args = parser.parse_args()
-    spark = get_session(overrides={log_store.SETTING: "io.delta.storage.HDFSLogStore"}
-                        if args.hadoop_listing else None)
+    overrides = {}
+    if args.hadoop_listing:
+        overrides[log_store.SETTING] = "io.delta.storage.HDFSLogStore"
+    if args.no_watch:
+        overrides[f"spark.hadoop.{log_store.WATCH_SETTING}"] = "false"
+    spark = get_session(overrides=overrides or None)
     print(f"Delta log store for file: paths: "
           f"{spark.conf.get(log_store.SETTING, 'io.delta.storage.HDFSLogStore')}", flush=True)
     results = {}

@@ -3,6 +3,8 @@ returns what Delta's own ``HDFSLogStore`` returns, from any start, on a real tab
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -62,6 +64,97 @@ def test_file_log_store_refuses_a_missing_directory_as_delta_does(spark, tmp_pat
     for store_class in ("ttl.delta.FileLogStore", "io.delta.storage.HDFSLogStore"):
         with pytest.raises(Exception, match="FileNotFoundException"):
             _listing(spark, store_class, missing)
+
+
+def _reads(spark) -> int:
+    return int(spark._jvm.ttl.delta.WatchedNames.reads())
+
+
+def test_the_watched_listing_equals_a_read_of_the_directory_through_any_change(spark,
+                                                                              tmp_path):
+    """Names created, removed, renamed in and hard-linked by another process (here, this
+    Python one) between listings, a mass removal past the watch's 512 events, and the
+    directory removed and made again: every listing from any start equals
+    ``HDFSLogStore``'s; the directory's names are read in full only on its first listing,
+    after the overflow and after it was made again; with the watch off, at every listing."""
+    import random
+
+    rng = random.Random(20261130)
+    log = tmp_path / "_delta_log"
+    log.mkdir()
+    names = [f"{v:020d}{suffix}" for v in range(40)
+             for suffix in (".json", ".crc", ".checkpoint.parquet")]
+    names += [f".{v:020d}.json.crc" for v in range(40)]
+    names += ["_last_checkpoint", f"{7:020d}.json:Zone.Identifier", f"{5:020d}.7.compacted.json"]
+
+    def starts() -> list[str]:
+        picked = [f"{rng.randrange(45):020d}." for _ in range(3)]
+        return picked + [f"{0:020d}.", f"{12:020d}.checkpoint.parquet", "_last_checkpoint"]
+
+    def check() -> None:
+        for start in starts():
+            path = f"file:{log}/{start}"
+            assert _listing(spark, "ttl.delta.FileLogStore", path) == \
+                _listing(spark, "io.delta.storage.HDFSLogStore", path), start
+
+    check()
+    first = _reads(spark)
+    for step in range(160):
+        present = [p.name for p in log.iterdir() if p.is_file()]
+        action = rng.random()
+        if action < 0.45 or not present:
+            name = rng.choice(names)
+            temp = log / f".{name}.{step}.tmp"
+            temp.write_text(str(step))
+            if rng.random() < 0.5:
+                os.replace(temp, log / name)  # a rename (an overwrite if it is there)
+            else:
+                if not (log / name).exists():
+                    os.link(temp, log / name)  # FileLogStore's own way
+                temp.unlink()
+        elif action < 0.85:
+            (log / rng.choice(present)).unlink()
+        else:
+            (log / "_sidecars").mkdir(exist_ok=True)
+        if step % 4 == 0:
+            check()
+    assert _reads(spark) == first, "the watch answered every listing after the first"
+    for name in [p.name for p in log.iterdir() if p.is_file()]:
+        (log / name).unlink()
+    for v in range(600):  # more events than a key holds: read again once
+        (log / f"{1000 + v:020d}.json").write_text("x")
+    check()
+    assert _reads(spark) == first + 1
+    shutil.rmtree(log)
+    log.mkdir()
+    (log / f"{3:020d}.json").write_text("x")
+    check()
+    assert _reads(spark) == first + 2
+    conf = spark._jsc.hadoopConfiguration()
+    conf.setBoolean(log_store.WATCH_SETTING, False)
+    try:
+        check()
+    finally:
+        conf.unset(log_store.WATCH_SETTING)
+    assert _reads(spark) == first + 2  # the store read the directory itself
+
+
+def test_a_commit_by_another_writer_is_seen_at_the_next_snapshot_update(spark, tmp_path):
+    """delta-rs commits beside the session (not through its log store): each new version is
+    in Delta's next snapshot, listed through the watch."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from ttl import delta_log
+
+    path = str(tmp_path / "table")
+    write_deltalake(path, pa.table({"x": [0]}))
+    assert delta_log.latest_version(spark, path) == 0
+    reads = _reads(spark)
+    for version in range(1, 6):
+        write_deltalake(path, pa.table({"x": [version]}), mode="append")
+        assert delta_log.latest_version(spark, path) == version
+    assert _reads(spark) == reads
 
 
 def _jpath(spark, path):

@@ -11,6 +11,7 @@ import java.nio.file.Files;
 import java.nio.file.StandardCopyOption;
 import java.nio.file.StandardOpenOption;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Comparator;
 import java.util.Iterator;
 import java.util.List;
@@ -50,6 +51,10 @@ import org.apache.hadoop.fs.RawLocalFileSystem;
  * file: Hadoop reads a file without one unverified, as it does any file written outside it.
  */
 public class FileLogStore extends HDFSLogStore {
+
+    /** The Hadoop setting ({@code spark.hadoop.} in Spark's) that turns the watched listing
+     * off ({@code false}): every listing then reads the directory's names. */
+    public static final String WATCH_SETTING = "ttl.log.listing.watch";
 
     public FileLogStore(Configuration hadoopConf) {
         super(hadoopConf);
@@ -156,16 +161,27 @@ public class FileLogStore extends HDFSLogStore {
         } else {
             return super.listFrom(path, hadoopConf);
         }
-        String[] names = dir.list();
-        if (names == null) {
-            // Delta reads FileNotFoundException as "no table here": only for a missing
-            // directory, never for one that cannot be read (permissions, no descriptors left).
-            if (!dir.exists()) {
-                throw new FileNotFoundException("No such directory: " + path.getParent());
-            }
-            throw new IOException("Cannot list " + dir + " (permissions, or an I/O error)");
-        }
         String from = path.getName();
+        List<String> names = null;
+        if (hadoopConf.getBoolean(WATCH_SETTING, true)) {
+            WatchedNames watched = WatchedNames.shared();
+            if (watched != null) {
+                names = watched.namesFrom(dir.toPath(), from);
+            }
+        }
+        if (names == null) {
+            String[] all = dir.list();
+            if (all == null) {
+                // Delta reads FileNotFoundException as "no table here": only for a missing
+                // directory, never for one that cannot be read (permissions, no descriptors
+                // left).
+                if (!dir.exists()) {
+                    throw new FileNotFoundException("No such directory: " + path.getParent());
+                }
+                throw new IOException("Cannot list " + dir + " (permissions, or an I/O error)");
+            }
+            names = Arrays.asList(all);
+        }
         boolean checksummed = fs instanceof LocalFileSystem;
         List<FileStatus> found = new ArrayList<>();
         for (String name : names) {

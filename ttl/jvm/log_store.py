@@ -42,8 +42,11 @@ SOURCE = Path(__file__).parent / "FileLogStore.java"
 SOURCES = (SOURCE, Path(__file__).parent / "S3ConditionalLogStore.java",
            Path(__file__).parent / "LocalCheckpointFileManager.java",
            Path(__file__).parent / "PositionalDeletes.java",
-           Path(__file__).parent / "KeyFilter.java")
+           Path(__file__).parent / "KeyFilter.java", Path(__file__).parent / "WatchedNames.java")
 CLASS = "ttl.delta.FileLogStore"
+#: The Hadoop setting (``spark.hadoop.`` + it, in Spark's) that turns off the store's watch of
+#: a local log's directory (``WatchedNames.java``): every listing then reads its names.
+WATCH_SETTING = "ttl.log.listing.watch"
 #: The Spark setting that picks Delta's log store for a scheme.
 SETTING = "spark.delta.logStore.file.impl"
 #: Spark's checkpoint file manager, which writes a stream's offsets and commits and Delta's
