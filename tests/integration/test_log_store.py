@@ -70,39 +70,53 @@ def _reads(spark) -> int:
     return int(spark._jvm.ttl.delta.WatchedNames.reads())
 
 
+def _exchange(a: Path, b: Path) -> None:
+    """Swap two names in one call (``renameat2``'s ``RENAME_EXCHANGE``): inotify reports the
+    first name as removed although it is still there."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    at_fdcwd, rename_exchange = -100, 2
+    if libc.renameat2(at_fdcwd, bytes(a), at_fdcwd, bytes(b), rename_exchange) != 0:
+        raise OSError(ctypes.get_errno(), "renameat2", str(a))
+
+
 def test_the_watched_listing_equals_a_read_of_the_directory_through_any_change(spark,
                                                                               tmp_path):
-    """Names created, removed, renamed in and hard-linked by another process (here, this
-    Python one) between listings, a mass removal past the watch's 512 events, and the
-    directory removed and made again: every listing from any start equals
-    ``HDFSLogStore``'s; the directory's names are read in full only on its first listing,
+    """Names created, removed, renamed, swapped, moved between two logs and hard-linked by
+    another process (here, this Python one) between listings, a mass removal past the
+    watch's 512 events, and a log removed and made again: every listing from any start
+    equals ``HDFSLogStore``'s; a log's names are read in full only on its first listing,
     after the overflow and after it was made again; with the watch off, at every listing."""
     import random
 
     rng = random.Random(20261130)
-    log = tmp_path / "_delta_log"
-    log.mkdir()
+    logs = [tmp_path / "a" / "_delta_log", tmp_path / "b" / "_delta_log"]
+    for log in logs:
+        log.mkdir(parents=True)
     names = [f"{v:020d}{suffix}" for v in range(40)
              for suffix in (".json", ".crc", ".checkpoint.parquet")]
     names += [f".{v:020d}.json.crc" for v in range(40)]
-    names += ["_last_checkpoint", f"{7:020d}.json:Zone.Identifier", f"{5:020d}.7.compacted.json"]
-
-    def starts() -> list[str]:
-        picked = [f"{rng.randrange(45):020d}." for _ in range(3)]
-        return picked + [f"{0:020d}.", f"{12:020d}.checkpoint.parquet", "_last_checkpoint"]
+    names += ["_last_checkpoint", f"{7:020d}.json:Zone.Identifier",
+              f"{5:020d}.7.compacted.json", "A", f"{9_000_000_000:020d}.json",
+              f"{100_000_000:020d}.crc"]  # past the versions kept as bits
+    odd_starts = ["A", ".0", "0", f"{0:020d}", f"{99_999_999_999:020d}.", "_last_checkpoint",
+                  f"{12:020d}.checkpoint.parquet", f".{3:020d}.json.crc"]
 
     def check() -> None:
-        for start in starts():
-            path = f"file:{log}/{start}"
-            assert _listing(spark, "ttl.delta.FileLogStore", path) == \
-                _listing(spark, "io.delta.storage.HDFSLogStore", path), start
+        for log in logs:
+            for start in [f"{rng.randrange(45):020d}." for _ in range(3)] + odd_starts:
+                path = f"file:{log}/{start}"
+                assert _listing(spark, "ttl.delta.FileLogStore", path) == \
+                    _listing(spark, "io.delta.storage.HDFSLogStore", path), (log, start)
 
     check()
     first = _reads(spark)
-    for step in range(160):
+    for step in range(200):
+        log = rng.choice(logs)
         present = [p.name for p in log.iterdir() if p.is_file()]
         action = rng.random()
-        if action < 0.45 or not present:
+        if action < 0.4 or len(present) < 2:
             name = rng.choice(names)
             temp = log / f".{name}.{step}.tmp"
             temp.write_text(str(step))
@@ -112,13 +126,21 @@ def test_the_watched_listing_equals_a_read_of_the_directory_through_any_change(s
                 if not (log / name).exists():
                     os.link(temp, log / name)  # FileLogStore's own way
                 temp.unlink()
-        elif action < 0.85:
+        elif action < 0.7:
             (log / rng.choice(present)).unlink()
+        elif action < 0.8:
+            a, b = rng.sample(present, 2)
+            _exchange(log / a, log / b)
+        elif action < 0.9:
+            other = logs[1] if log == logs[0] else logs[0]
+            os.replace(log / rng.choice(present), other / rng.choice(names))
         else:
             (log / "_sidecars").mkdir(exist_ok=True)
         if step % 4 == 0:
             check()
+    check()
     assert _reads(spark) == first, "the watch answered every listing after the first"
+    log = logs[0]
     for name in [p.name for p in log.iterdir() if p.is_file()]:
         (log / name).unlink()
     for v in range(600):  # more events than a key holds: read again once

@@ -1,8 +1,10 @@
 package ttl.delta;
 
 import java.io.IOException;
+import java.nio.file.DirectoryStream;
 import java.nio.file.FileSystems;
 import java.nio.file.Files;
+import java.nio.file.LinkOption;
 import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.nio.file.StandardWatchEventKinds;
@@ -13,9 +15,11 @@ import java.nio.file.attribute.BasicFileAttributes;
 import java.util.ArrayList;
 import java.util.BitSet;
 import java.util.Collections;
+import java.util.HashMap;
 import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
 import java.util.TreeSet;
 import java.util.concurrent.TimeUnit;
@@ -27,32 +31,40 @@ import java.util.concurrent.atomic.AtomicLong;
  * not a read of every name in it.
  *
  * <p>Delta lists {@code _delta_log} at every snapshot update, six times a batch; reading the
- * names of a log of 100,000 commits (200,000 files) took about 0.1 s, a listing. Here a
+ * names of a log of 100,000 commits (200,000 files) took about 0.1 s a listing. Here a
  * directory is read once, when first listed; after that Linux's inotify (Java's
- * {@code WatchService}) reports every name created, removed or renamed in it, by any process
- * on the host.
+ * {@code WatchService}) names every entry created, removed or renamed in it, by any process
+ * on the host, and each such name is looked up again ({@code lstat}): what the events say
+ * happened is not trusted, only that something happened to that name (a swap of two names,
+ * {@code renameat2}'s exchange, reports one of them as removed).
  *
- * <p>Exact, not a cache that can be stale: before a listing is answered, a <i>fence</i> makes
- * sure every notification of a change that completed before the listing began has been
- * received. A file is created and removed in a directory watched by the same inotify
- * instance; the kernel queues one instance's events in the order the changes happen, and
- * Java's poller hands them on in that order, so once the fence's own event has arrived, so
- * have all earlier ones. If notifications were lost (the kernel's queue, or a key's list of
- * 512, overflowed), the directory is read again; a fence that does not arrive within two
- * seconds, a directory that was removed or replaced, or any error, and the caller reads the
- * directory itself.
+ * <p>Exact, not a cache that can be stale. Before a listing is answered: one entry of the
+ * directory is read, which waits for a change still under way in it (the kernel holds the
+ * directory's lock until the change's event is queued); then a <i>fence</i>: a file is
+ * created in a directory watched by the same inotify instance, and the listing waits for its
+ * event. The kernel queues an instance's events in the order the changes happen, and Java's
+ * poller hands them on in that order, so once the fence's event is in, so is every event of
+ * a change completed before the listing began. If events were lost (the kernel's queue, or a
+ * key's list of 512, overflowed), the directory is read again. If a fence does not arrive
+ * within two seconds (Java's poller thread gone), watching stops for the JVM. A directory
+ * that cannot be watched, was removed or replaced while read, or any error: the caller reads
+ * the directory itself. Not caught: a directory renamed away and another put at its path and
+ * the two swapped back, all between this store's look at it and its registration (a few
+ * microseconds), would leave the wrong directory watched.
  *
- * <p>Only where inotify sees every change: the local file systems named in {@link #LOCAL}
- * (not NFS, SMB or FUSE, whose other hosts' changes it never reports), and only on Linux
- * (elsewhere Java's watch service polls, and is not used). At most {@link #MAX_DIRECTORIES}
- * directories are watched, the least recently listed given up first.
+ * <p>Only where inotify reports every change: the local file systems named in {@link #LOCAL}
+ * (not NFS, SMB or FUSE, whose other hosts' changes it never sees; not ZFS, whose rollback
+ * and receive change a mounted directory without events; not overlay, whose layers can be
+ * changed beneath it), and only on Linux (elsewhere Java's watch service polls). At most
+ * {@link #MAX_DIRECTORIES} directories are watched, the least recently listed given up
+ * first. Listings through it take one lock: one at a time in the JVM.
  */
 public final class WatchedNames {
 
     /** File system types on which inotify reports every change of the host's processes. */
-    static final Set<String> LOCAL = Set.of(
-        "ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "zfs", "f2fs", "overlay");
-    static final int MAX_DIRECTORIES = 32;
+    static final Set<String> LOCAL =
+        Set.of("ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "f2fs");
+    static final int MAX_DIRECTORIES = 64;
     private static final long FENCE_TIMEOUT_MS = 2_000;
 
     private static WatchedNames shared;
@@ -73,7 +85,8 @@ public final class WatchedNames {
     /** By the directory's file key (device and inode), least recently listed first. */
     private final LinkedHashMap<Object, Directory> directories =
         new LinkedHashMap<>(16, 0.75f, true);
-    /** Directories found on a file system inotify does not fully see. */
+    private final Map<WatchKey, Directory> byKey = new HashMap<>();
+    /** Directories found on a file system inotify does not fully see (or out of watches). */
     private final Set<Object> unwatchable = new HashSet<>();
 
     private WatchedNames(WatchService service, Path fenceDirectory, WatchKey fenceKey) {
@@ -84,7 +97,7 @@ public final class WatchedNames {
 
     /** The JVM's one instance (one inotify instance, one poller thread), or {@code null}
      * where watching is not possible here (not Linux, no inotify instance left, a temporary
-     * directory on a file system not in {@link #LOCAL}). */
+     * directory on a file system not in {@link #LOCAL}) or was given up. */
     static synchronized WatchedNames shared() {
         if (shared != null || unavailable) {
             return shared;
@@ -111,35 +124,45 @@ public final class WatchedNames {
         return shared;
     }
 
+    /** Stop watching in this JVM; every listing reads its directory from now on. Nothing is
+     * cancelled or closed: with the poller thread gone, either would wait for it forever. */
+    private static synchronized void giveUp() {
+        shared = null;
+        unavailable = true;
+    }
+
     /**
      * The names in {@code dir} that sort at or after {@code from}, sorted; {@code null} when
-     * the caller must read the directory itself (not watched here, removed, replaced while
-     * read, or the fence did not arrive).
+     * the caller must read the directory itself (not watched here, missing, removed or
+     * replaced while read, or the fence did not arrive).
      */
     synchronized List<String> namesFrom(Path dir, String from) {
+        Object fileKey = null;
         try {
-            if (!fence()) {
-                forgetAll();
-                return null;
-            }
             BasicFileAttributes attrs;
             try {
-                attrs = Files.readAttributes(dir, BasicFileAttributes.class);
+                attrs = Files.readAttributes(dir, BasicFileAttributes.class,
+                                             LinkOption.NOFOLLOW_LINKS);
             } catch (NoSuchFileException missing) {
                 return null;  // the caller says so
             }
-            Object fileKey = attrs.fileKey();
+            fileKey = attrs.fileKey();
             if (fileKey == null || !attrs.isDirectory() || unwatchable.contains(fileKey)) {
+                return null;
+            }
+            waitForChangesUnderWay(dir);
+            if (!fence()) {
+                giveUp();
                 return null;
             }
             Directory directory = directories.get(fileKey);
             if (directory != null && !directory.key.isValid()) {
-                directories.remove(fileKey);
+                forget(fileKey);
                 directory = null;
             }
             if (directory == null) {
                 if (!LOCAL.contains(Files.getFileStore(dir).type())) {
-                    unwatchable.add(fileKey);
+                    markUnwatchable(fileKey);
                     return null;
                 }
                 directory = watch(dir, fileKey);
@@ -148,23 +171,37 @@ public final class WatchedNames {
                 }
             }
             if (directory.unknown) {
-                directory.key.pollEvents();  // what they say, the read below shows
+                directory.key.pollEvents();  // what they name, the read below shows
+                directory.changed.clear();
                 directory.names = Names.read(dir);
                 directory.unknown = false;
-                Object after = Files.readAttributes(dir, BasicFileAttributes.class).fileKey();
+                Object after = Files.readAttributes(dir, BasicFileAttributes.class,
+                                                    LinkOption.NOFOLLOW_LINKS).fileKey();
                 if (!fileKey.equals(after)) {  // replaced while read
                     forget(fileKey);
                     return null;
                 }
+            } else {
+                directory.recheck(dir);
             }
             return directory.names.from(from);
         } catch (IOException | RuntimeException e) {
-            forgetAll();
+            if (fileKey != null) {
+                forget(fileKey);
+            }
             return null;
         }
     }
 
-    private Directory watch(Path dir, Object fileKey) throws IOException {
+    /** Read one entry of {@code dir}: the kernel lists a directory under its lock, which a
+     * change holds until its event is queued, so this returns after any change under way. */
+    private static void waitForChangesUnderWay(Path dir) throws IOException {
+        try (DirectoryStream<Path> entries = Files.newDirectoryStream(dir)) {
+            entries.iterator().hasNext();
+        }
+    }
+
+    private Directory watch(Path dir, Object fileKey) {
         while (directories.size() >= MAX_DIRECTORIES) {
             forget(directories.keySet().iterator().next());
         }
@@ -173,31 +210,34 @@ public final class WatchedNames {
             key = dir.register(service, StandardWatchEventKinds.ENTRY_CREATE,
                                StandardWatchEventKinds.ENTRY_DELETE);
         } catch (IOException noWatch) {  // the user's limit of inotify watches, say
-            unwatchable.add(fileKey);
+            markUnwatchable(fileKey);
             return null;
         }
         Directory directory = new Directory(key);
         directories.put(fileKey, directory);
+        byKey.put(key, directory);
         return directory;
+    }
+
+    private void markUnwatchable(Object fileKey) {
+        if (unwatchable.size() >= 1_024) {
+            unwatchable.clear();  // and try them again
+        }
+        unwatchable.add(fileKey);
     }
 
     private void forget(Object fileKey) {
         Directory gone = directories.remove(fileKey);
         if (gone != null) {
+            byKey.remove(gone.key);
             gone.key.cancel();
         }
     }
 
-    private void forgetAll() {
-        for (Object fileKey : new ArrayList<>(directories.keySet())) {
-            forget(fileKey);
-        }
-    }
-
     /**
-     * Make and remove a file in the fence directory, wait for its creation's event, then
-     * apply every watched directory's events: all changes completed before this call are
-     * then in the names. {@code false}: the event did not come in time.
+     * Create a file in the fence directory and wait for its event, then take every watched
+     * directory's events: all changes completed before this call are then named in them.
+     * {@code false}: the event did not come in time.
      */
     private boolean fence() throws IOException {
         Path mark = fenceDirectory.resolve("fence-" + (++fences));
@@ -233,40 +273,52 @@ public final class WatchedNames {
                 return false;
             }
             if (signalled != null) {
+                Directory directory = byKey.get(signalled);
+                if (directory != null) {
+                    directory.take(signalled.pollEvents());  // else reset queues it again
+                }
                 signalled.reset();  // so that it is signalled again
             }
         }
         for (Directory directory : directories.values()) {
-            directory.apply(directory.key.pollEvents());
+            directory.take(directory.key.pollEvents());
         }
         return true;
     }
 
-    /** A watched directory: its key and its names (unknown until read, or after events were
-     * lost). */
+    /** A watched directory: its key, its names (unknown until read, or after events were
+     * lost), and the names its events named since they were last looked up. */
     private static final class Directory {
         final WatchKey key;
         Names names;
         boolean unknown = true;
+        final Set<String> changed = new HashSet<>();
 
         Directory(WatchKey key) {
             this.key = key;
         }
 
-        void apply(List<WatchEvent<?>> events) {
+        void take(List<WatchEvent<?>> events) {
             for (WatchEvent<?> event : events) {
-                WatchEvent.Kind<?> kind = event.kind();
-                if (kind == StandardWatchEventKinds.OVERFLOW) {
+                if (event.kind() == StandardWatchEventKinds.OVERFLOW) {
                     unknown = true;
-                } else if (!unknown) {
-                    String name = event.context().toString();
-                    if (kind == StandardWatchEventKinds.ENTRY_CREATE) {
-                        names.add(name);
-                    } else if (kind == StandardWatchEventKinds.ENTRY_DELETE) {
-                        names.remove(name);
-                    }
+                    changed.clear();
+                } else if (!unknown && event.context() != null) {
+                    changed.add(event.context().toString());
                 }
             }
+        }
+
+        /** Look up each name an event named: there now, or not. */
+        void recheck(Path dir) {
+            for (String name : changed) {
+                if (Files.exists(dir.resolve(name), LinkOption.NOFOLLOW_LINKS)) {
+                    names.add(name);
+                } else {
+                    names.remove(name);
+                }
+            }
+            changed.clear();
         }
     }
 
@@ -280,6 +332,9 @@ public final class WatchedNames {
         private static final String[][] PATTERNS = {
             {"", ".json"}, {"", ".crc"}, {".", ".json.crc"}, {".", ".crc.crc"}};
         private static final int DIGITS = 20;
+        /** Versions from here on are kept as names: a stray name of a huge version would
+         * otherwise size a bit set to it. */
+        private static final int MAX_BIT = 1 << 26;
 
         private final BitSet[] versions = new BitSet[PATTERNS.length];
         private final TreeSet<String> others = new TreeSet<>();
@@ -306,7 +361,7 @@ public final class WatchedNames {
         void add(String name) {
             for (int i = 0; i < PATTERNS.length; i++) {
                 int version = version(name, PATTERNS[i]);
-                if (version >= 0) {
+                if (version >= 0 && version < MAX_BIT) {
                     versions[i].set(version);
                     return;
                 }
@@ -317,7 +372,7 @@ public final class WatchedNames {
         void remove(String name) {
             for (int i = 0; i < PATTERNS.length; i++) {
                 int version = version(name, PATTERNS[i]);
-                if (version >= 0) {
+                if (version >= 0 && version < MAX_BIT) {
                     versions[i].clear(version);
                     return;
                 }
