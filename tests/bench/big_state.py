@@ -283,25 +283,7 @@ def measure(spark, keys: int, args, layout: str) -> dict[str, float]:
             out.update(_w2_alternated(spark, store, keys, args, 6_000))
         out.update(_sweeps(store, args.vs_delta_write))
         out["sweep_none_s"] = eviction.sweep(store, "wall").seconds
-        profile = from_dict({"store": {"name": "big", "path": path, "ttl": "7d"},
-                             "kafka": {"input_topic": "x", "changelog_topic": "y"},
-                             "stream": {"checkpoint": str(work / "cp")}})
-        started = time.monotonic()
-        status.status(profile, None, wall_ms=NOW)
-        out["status_s"] = time.monotonic() - started
-        from ttl.metrics import TableFigures
-
-        figures = TableFigures(profile, every_s=3_600 if hasattr(TableFigures, "refresh")
-                               else 0.0)
-        if hasattr(figures, "refresh"):
-            started = time.monotonic()
-            figures.refresh()  # what the figures' thread reads every 30 s
-            out["figures_read_s"] = time.monotonic() - started
-        started = time.monotonic()
-        list(figures.collect())  # a scrape (an engine before the thread: the read is in it)
-        out["scrape_s"] = time.monotonic() - started
-        if hasattr(figures, "stop"):
-            figures.stop()
+        out.update(_status_and_scrape(path, work))
         out["files"] = spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()["numFiles"]
         out["python_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         store.quiesce()  # a checkpoint under way would fail as the directory goes
@@ -387,6 +369,7 @@ def log_growth(spark, commits: int, args) -> dict[str, float]:
         out["position_s"] = time.monotonic() - started
         out["snapshot_update_s"] = _snapshot_update_s(spark, path)
         out["delta_rs_open_s"] = _delta_rs_open_s(path)
+        out.update(_status_and_scrape(path, work))
         batch = _timed_batches(spark, opened, 1_000, 20, args.batches, 1_000, new=True)
         out["new20_commit_s"] = batch["commit_s"]
         opened.quiesce()  # a checkpoint under way would fail as the directory goes
@@ -397,6 +380,29 @@ def log_growth(spark, commits: int, args) -> dict[str, float]:
         return out
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _status_and_scrape(path: str, work: Path) -> dict[str, float]:
+    """``ttl status``'s reads (delta-rs), the metrics' table figures (read in the background)
+    and a scrape of them, on the store at ``path``."""
+    from ttl.metrics import TableFigures
+
+    profile = from_dict({"store": {"name": "big", "path": path, "ttl": "7d"},
+                         "kafka": {"input_topic": "x", "changelog_topic": "y"},
+                         "stream": {"checkpoint": str(work / "cp")}})
+    out = {}
+    started = time.monotonic()
+    status.status(profile, None, wall_ms=NOW)
+    out["status_s"] = time.monotonic() - started
+    figures = TableFigures(profile, every_s=3_600)
+    started = time.monotonic()
+    figures.refresh()  # what the figures' thread reads every 30 s
+    out["figures_read_s"] = time.monotonic() - started
+    started = time.monotonic()
+    list(figures.collect())  # a scrape
+    out["scrape_s"] = time.monotonic() - started
+    figures.stop()
+    return out
 
 
 def _snapshot_update_s(spark, path: str) -> float:

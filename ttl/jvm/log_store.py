@@ -7,7 +7,10 @@ the directory's names took 0.06 s. A stream with a 2-second trigger writes 43,00
 day, so a long-running local stream slowed down with the age of its log, not its data.
 ``FileLogStore.java`` lists the names and stats only those at or after the version asked
 for, and writes a commit as a hard link of a temporary file, which refuses a version that
-exists and starts no process (see its comment). ``LocalCheckpointFileManager.java``, Spark's
+exists and starts no process (see its comment). It reads a log's names once a process:
+``WatchedNames.java`` keeps them current from the kernel's change notifications (Linux's
+inotify), exactly (each listing waits for the notifications of every change made before
+it), so a listing no longer reads every name of a long log. ``LocalCheckpointFileManager.java``, Spark's
 checkpoint file manager for the stream's offsets and commits and Delta's checksum files,
 writes local files the same way.
 
