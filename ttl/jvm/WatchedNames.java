@@ -161,7 +161,7 @@ public final class WatchedNames {
                 directory = null;
             }
             if (directory == null) {
-                if (!LOCAL.contains(Files.getFileStore(dir).type())) {
+                if (!local(dir)) {
                     markUnwatchable(fileKey);
                     return null;
                 }
@@ -190,6 +190,16 @@ public final class WatchedNames {
                 forget(fileKey);
             }
             return null;
+        }
+    }
+
+    /** Whether {@code dir} is on a file system in {@link #LOCAL} ({@code false} when its
+     * mount cannot be found, as in some containers). */
+    private static boolean local(Path dir) {
+        try {
+            return LOCAL.contains(Files.getFileStore(dir).type());
+        } catch (IOException | RuntimeException unknown) {
+            return false;
         }
     }
 
