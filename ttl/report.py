@@ -67,7 +67,7 @@ def collect(conf: Config, *, wall_ms: int | None = None, kafka=None) -> dict:
     expiry = {label: by_bucket.get(label, 0) for label, _ in EXPIRY_BUCKETS}
     expiry["never"] = by_bucket.get("never", 0)
     expired = by_bucket.get("expired", 0) if counted else out["expired, not yet swept"]
-    history = table.history(COMMITS)
+    history = delta_rs.history(table, conf.store.path, options, COMMITS)
     commits = []
     sweeps = []
     for c in history:
@@ -77,7 +77,7 @@ def collect(conf: Config, *, wall_ms: int | None = None, kafka=None) -> dict:
         took = metrics.get("executionTimeMs")  # not every operation records it
         commits.append({"version": c["version"], "what": what,
                         "seconds": int(took) / 1000 if took is not None else None,
-                        "at": c["timestamp"]})
+                        "at": c.get("timestamp")})
         if meta and meta.get("op") == OP_SWEEP and int(metrics.get("numDeletedRows", 0)):
             sweeps.append((c["version"], meta.get("clock", "wall"), int(meta["t"])))
     lateness = {clock: {label: 0 for label, _ in LATENESS_BUCKETS}

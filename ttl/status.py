@@ -138,8 +138,9 @@ class StoreView:
         through = stream_time_floor(properties, version)[1]
         # The commits the stream-time rule needs (those after the floor's version; all of
         # them on a table whose floor covers none yet), and at least the last HISTORY.
-        limit = None if through is None else max(HISTORY, version - through)
-        return cls(conf, version, properties, table.history(limit), table)
+        limit = version + 1 if through is None else max(HISTORY, version - through)
+        return cls(conf, version, properties, delta_rs.history(
+            table, conf.store.path, delta_rs.profile_options(conf), limit), table)
 
     def engine_commits(self):
         for c in self.commits:
@@ -171,9 +172,11 @@ class StoreView:
         the log no longer has it."""
         commits = self.commits
         if not any(c.get("version") == version for c in commits) and version <= self.version:
-            commits = self.table.history(self.version - version + 1)
+            commits = delta_rs.history(self.table, self.conf.store.path,
+                                       delta_rs.profile_options(self.conf),
+                                       self.version - version + 1)
         for c in commits:
-            if c.get("version") == version:
+            if c.get("version") == version and c.get("timestamp") is not None:
                 return c["timestamp"] / 1000
         return None
 

@@ -84,3 +84,35 @@ def test_a_table_created_again_at_the_path_is_refused_and_unhealthy_not_lag_0(
     assert again.get(b"new") == b"v"                                 # nothing overwritten
     wait_until(lambda: "is not the table" in status.health(conf, kafka_clients).line(),
                timeout=30, what="health naming the table")
+
+
+def test_the_commits_read_by_name_are_delta_rss_history(spark, tmp_path):
+    """``delta_rs.history`` (the commits read by their names, no listing of the log) gives
+    what delta-rs's ``history`` gives for every limit, on a store's batches, sweep and
+    OPTIMIZE; once the oldest commits are gone (the log's clean-up) it stops there."""
+    from ttl import delta_rs, eviction
+
+    conf = config.from_dict({"store": {"name": "h", "path": str(tmp_path / "store"),
+                                       "ttl": "1s"},
+                             "kafka": {"input_topic": "in", "changelog_topic": "out"},
+                             "stream": {"checkpoint": str(tmp_path / "checkpoint")}})
+    store = DeltaStore(spark, conf.store)
+    now = store.wall_clock.now_ms()
+    for i in range(4):
+        store.apply_records([InputRecord(b"k%d" % i, b"v", now - 5_000 + i, (), 0, i)])
+    eviction.sweep(store, "wall", now)
+    spark.sql(f"OPTIMIZE delta.`{conf.store.path}`")
+    table = status.open_table(conf)
+    fields = ("version", "timestamp", "operation", "userMetadata", "operationMetrics",
+              "operationParameters")
+    for limit in (1, 3, table.version() + 1, table.version() + 5):
+        ours = delta_rs.history(table, conf.store.path, None, limit)
+        theirs = table.history(limit)
+        assert [[c.get(f) for f in fields] for c in ours] == \
+            [[c.get(f) for f in fields] for c in theirs], limit
+        assert len(ours) == min(limit, table.version() + 1)
+    (tmp_path / "store" / "_delta_log" / f"{2:020d}.json").unlink()
+    assert [c["version"] for c in delta_rs.history(table, conf.store.path, None, 100)] == \
+        list(range(table.version(), 2, -1))
+    assert delta_rs.history(table, f"file://{conf.store.path}", None, 1)[0]["version"] == \
+        table.version()

@@ -10,9 +10,9 @@ for, and writes a commit as a hard link of a temporary file, which refuses a ver
 exists and starts no process (see its comment). It reads a log's names once a process:
 ``WatchedNames.java`` keeps them current from the kernel's change notifications (Linux's
 inotify), exactly (each listing waits for the notifications of every change made before
-it), so a listing no longer reads every name of a long log. ``LocalCheckpointFileManager.java``, Spark's
-checkpoint file manager for the stream's offsets and commits and Delta's checksum files,
-writes local files the same way.
+it), so a listing no longer reads every name of a long log.
+``LocalCheckpointFileManager.java``, Spark's checkpoint file manager for the stream's
+offsets and commits and Delta's checksum files, writes local files the same way.
 
 ``ttl setup`` compiles it with the JDK's ``javac`` against the pinned Delta and Hadoop jars;
 ``ttl.spark.session_settings`` then names it as Delta's store for the ``file`` scheme. Without
