@@ -28,10 +28,9 @@ from ttl.jvm import jars
 from ttl.kafka import KafkaClients
 from ttl.lease import Lease
 from ttl.local.kafka import LocalKafka
-from ttl.names import EMBEDDED, PROP_RESEED_REQUIRED, progress_topic
+from ttl.names import EMBEDDED, PROP_RESEED_REQUIRED, local_path, progress_topic
 from ttl.spark import get_session
 from ttl.store import DeltaStore
-from ttl.store.lookup import local_path
 
 log = logging.getLogger(__name__)
 

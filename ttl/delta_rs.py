@@ -17,10 +17,10 @@ import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from ttl.config import Config, declared_settings
-from ttl.names import S3_SCHEMES
+from ttl.names import S3_SCHEMES, local_path
 
 __all__ = ["history", "is_table", "profile_options", "read_object", "session_options",
            "storage_options", "storage_options_for", "table", "table_if_exists"]
@@ -91,26 +91,24 @@ def table(path: str, options: Mapping[str, str] | None = None, version: int | No
     return DeltaTable(path, version=version, storage_options=storage_options_for(path, options))
 
 
-def history(table, path: str, options: Mapping[str, str] | None, limit: int) -> list[dict]:
+def history(table, path: str, limit: int) -> list[dict]:
     """The commit information of the newest ``limit`` versions of ``table`` (delta-rs's, at
     ``path``), newest first, as delta-rs's ``history(limit)`` gives it (``version`` added;
     a commit without one: its version only); fewer when the log no longer has older ones.
 
-    Read by the commits' names, from the table's version down: delta-rs's ``history``
-    lists the log first, which on a local disk reads every file name of ``_delta_log``
-    (0.2 s with 100,000 commits), a second listing after the table's open. Paths other than
-    local and S3 ones: delta-rs's ``history``."""
-    scheme = urlparse(path).scheme
-    if scheme not in ("", "file", *S3_SCHEMES):
+    On a local disk, read by the commits' names from the table's version down: delta-rs's
+    ``history`` lists the log first, which there reads every file name of ``_delta_log``
+    (0.19 s with 100,000 commits), a second listing after the table's open. Elsewhere
+    delta-rs's ``history``: on S3 its listing starts from a key, and it reads the commits
+    concurrently, where one request each here would add up."""
+    local = local_path(path)
+    if local is None:
         return table.history(limit)
+    local = Path(unquote(local) if urlparse(path).scheme else local)
     out = []
     for version in range(table.version(), max(-1, table.version() - limit), -1):
-        name = f"_delta_log/{version:020d}.json"
         try:
-            if scheme in S3_SCHEMES:
-                raw = read_object(f"{path.rstrip('/')}/{name}", options)
-            else:
-                raw = (Path(urlparse(path).path if scheme else path) / name).read_bytes()
+            raw = (local / "_delta_log" / f"{version:020d}.json").read_bytes()
         except FileNotFoundError:
             break  # removed by the log's clean-up: the older ones are gone too
         info = next((action["commitInfo"] for action in map(json.loads, raw.splitlines())

@@ -8,6 +8,8 @@ are written once so a rename is one edit, and so ``grep`` finds every user.
 
 from __future__ import annotations
 
+from urllib.parse import urlparse
+
 # -- engine headers (docs/semantics.md: input, changelog) -----------------------------------------
 
 ENGINE_PREFIX = "ttl."
@@ -133,3 +135,12 @@ BATCH_LOGGER = "ttl.batch"
 KEY_FILTER_ENABLED = "spark.ttl.fold.key_filter.enabled"
 #: The filter's false-positive rate, in (0, 1]; 1: no filter.
 KEY_FILTER_FPP = "spark.ttl.fold.key_filter.fpp"
+
+
+def local_path(path: str) -> str | None:
+    """The file-system path of a table on the local file system (no scheme, or ``file:``),
+    else ``None``."""
+    parsed = urlparse(path)
+    if parsed.scheme in ("", "file"):
+        return parsed.path if parsed.scheme else path
+    return None

@@ -67,7 +67,7 @@ def collect(conf: Config, *, wall_ms: int | None = None, kafka=None) -> dict:
     expiry = {label: by_bucket.get(label, 0) for label, _ in EXPIRY_BUCKETS}
     expiry["never"] = by_bucket.get("never", 0)
     expired = by_bucket.get("expired", 0) if counted else out["expired, not yet swept"]
-    history = delta_rs.history(table, conf.store.path, options, COMMITS)
+    history = delta_rs.history(table, conf.store.path, COMMITS)
     commits = []
     sweeps = []
     for c in history:

@@ -140,7 +140,7 @@ class StoreView:
         # them on a table whose floor covers none yet), and at least the last HISTORY.
         limit = version + 1 if through is None else max(HISTORY, version - through)
         return cls(conf, version, properties, delta_rs.history(
-            table, conf.store.path, delta_rs.profile_options(conf), limit), table)
+            table, conf.store.path, limit), table)
 
     def engine_commits(self):
         for c in self.commits:
@@ -173,7 +173,6 @@ class StoreView:
         commits = self.commits
         if not any(c.get("version") == version for c in commits) and version <= self.version:
             commits = delta_rs.history(self.table, self.conf.store.path,
-                                       delta_rs.profile_options(self.conf),
                                        self.version - version + 1)
         for c in commits:
             if c.get("version") == version and c.get("timestamp") is not None:

@@ -106,13 +106,13 @@ def test_the_commits_read_by_name_are_delta_rss_history(spark, tmp_path):
     fields = ("version", "timestamp", "operation", "userMetadata", "operationMetrics",
               "operationParameters")
     for limit in (1, 3, table.version() + 1, table.version() + 5):
-        ours = delta_rs.history(table, conf.store.path, None, limit)
+        ours = delta_rs.history(table, conf.store.path, limit)
         theirs = table.history(limit)
         assert [[c.get(f) for f in fields] for c in ours] == \
             [[c.get(f) for f in fields] for c in theirs], limit
         assert len(ours) == min(limit, table.version() + 1)
     (tmp_path / "store" / "_delta_log" / f"{2:020d}.json").unlink()
-    assert [c["version"] for c in delta_rs.history(table, conf.store.path, None, 100)] == \
+    assert [c["version"] for c in delta_rs.history(table, conf.store.path, 100)] == \
         list(range(table.version(), 2, -1))
-    assert delta_rs.history(table, f"file://{conf.store.path}", None, 1)[0]["version"] == \
+    assert delta_rs.history(table, f"file://{conf.store.path}", 1)[0]["version"] == \
         table.version()

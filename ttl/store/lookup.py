@@ -38,14 +38,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ttl import delta_log, delta_rs
-from ttl.names import S3_SCHEMES
+from ttl.names import S3_SCHEMES, local_path
 from ttl.store.fold import STORED_COLUMNS, stored_arrow_schema
 from ttl.store.layout import key_hashes
 
 log = logging.getLogger(__name__)
 
 __all__ = ["GIVE_UP_AFTER", "HOW", "LOOKUP_IN_LIST", "HashSet", "Lookup", "found_schema",
-           "in_ranges", "local_path", "may_hold"]
+           "in_ranges", "may_hold"]
 
 
 def found_schema() -> pa.Schema:
@@ -58,15 +58,6 @@ def found_schema() -> pa.Schema:
 #: broadcast semi-join. Measured on a 200k-key store: 2-50 keys 0.30-0.53 s against
 #: 0.48-0.69 s for the join (no exchange to plan and run); at 1,000 keys the two are even.
 LOOKUP_IN_LIST = 256
-
-
-def local_path(path: str) -> str | None:
-    """The file-system path of a table on the local file system (no scheme, or ``file:``),
-    else ``None``."""
-    parsed = urlparse(path)
-    if parsed.scheme in ("", "file"):
-        return parsed.path if parsed.scheme else path
-    return None
 
 
 #: A delta-rs scan of a table with this many files with deletion vectors hangs for good

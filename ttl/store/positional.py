@@ -66,8 +66,8 @@ import pyarrow.parquet as pq
 from ttl import delta_log, delta_rs
 from ttl.errors import PositionalUnsupported
 from ttl.java import converters, java_class, loaded, none
-from ttl.names import S3_SCHEMES
-from ttl.store.lookup import HashSet, in_ranges, local_path, may_hold
+from ttl.names import S3_SCHEMES, local_path
+from ttl.store.lookup import HashSet, in_ranges, may_hold
 
 log = logging.getLogger(__name__)
 
