@@ -17,7 +17,7 @@ import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+from urllib.parse import urlparse
 
 from ttl.config import Config, declared_settings
 from ttl.names import S3_SCHEMES, local_path
@@ -104,12 +104,13 @@ def history(table, path: str, limit: int) -> list[dict]:
     local = local_path(path)
     if local is None:
         return table.history(limit)
-    local = Path(unquote(local) if urlparse(path).scheme else local)
     out = []
     for version in range(table.version(), max(-1, table.version() - limit), -1):
         try:
-            raw = (local / "_delta_log" / f"{version:020d}.json").read_bytes()
+            raw = (Path(local) / "_delta_log" / f"{version:020d}.json").read_bytes()
         except FileNotFoundError:
+            if not out:  # not even the newest: the path is not where delta-rs read it
+                return table.history(limit)
             break  # removed by the log's clean-up: the older ones are gone too
         info = next((action["commitInfo"] for action in map(json.loads, raw.splitlines())
                      if action and "commitInfo" in action), {})
