@@ -369,25 +369,28 @@ public final class WatchedNames {
         }
 
         void add(String name) {
-            for (int i = 0; i < PATTERNS.length; i++) {
-                int version = version(name, PATTERNS[i]);
-                if (version >= 0 && version < MAX_BIT) {
-                    versions[i].set(version);
-                    return;
-                }
-            }
-            others.add(name);
+            set(name, true);
         }
 
         void remove(String name) {
+            set(name, false);
+        }
+
+        /** Mark {@code name} there or not: as a version's bit when it has one of the
+         * patterns' forms, else among the other names. */
+        private void set(String name, boolean there) {
             for (int i = 0; i < PATTERNS.length; i++) {
                 int version = version(name, PATTERNS[i]);
                 if (version >= 0 && version < MAX_BIT) {
-                    versions[i].clear(version);
+                    versions[i].set(version, there);
                     return;
                 }
             }
-            others.remove(name);
+            if (there) {
+                others.add(name);
+            } else {
+                others.remove(name);
+            }
         }
 
         /** The names at or after {@code from}, sorted. */
